@@ -1,0 +1,1 @@
+"""Adapters: implementations of the storage ports (``bus.storage``)."""

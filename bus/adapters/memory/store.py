@@ -1,0 +1,309 @@
+"""In-memory queues, blobs and tables with Azure Storage's observable semantics."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import TypeVar
+
+from bus.adapters.memory.faults import Fault, FaultHooks, NoFaults
+from bus.storage.errors import Conflict, NotFound, PreconditionFailed, TransientError
+from bus.storage.ports import Blob, Entity, QueueMessage, Storage, TableOp
+
+T = TypeVar("T")
+
+MAX_BATCH = 100
+
+
+class _Core:
+    """State shared by the three services: one lock, one clock, one fault policy."""
+
+    def __init__(self, hooks: FaultHooks) -> None:
+        self.hooks = hooks
+        self.lock = threading.RLock()
+        self._counter = itertools.count(1)
+
+    def tag(self, prefix: str) -> str:
+        return f"{prefix}{next(self._counter)}"
+
+    def call(self, service: str, operation: str, effect: Callable[[], T],
+             duplicate: Callable[[], None] | None = None) -> T:
+        fault = self.hooks.before_call(service, operation)
+        if fault is Fault.FAIL_BEFORE:
+            raise TransientError(f"injected: {service}.{operation} failed before effect")
+        if fault is Fault.GHOST:
+            self.hooks.defer(self._ghost(effect))
+            raise TransientError(f"injected: {service}.{operation} timed out (ghost pending)")
+        with self.lock:
+            result = effect()
+            if fault is Fault.DUPLICATE and duplicate is not None:
+                duplicate()
+        if fault is Fault.FAIL_AFTER:
+            raise TransientError(f"injected: {service}.{operation} response lost after effect")
+        return result
+
+    def _ghost(self, effect: Callable[[], object]) -> Callable[[], None]:
+        def apply() -> None:
+            with self.lock, contextlib.suppress(Exception):
+                effect()
+
+        return apply
+
+
+@dataclass
+class _Stored:
+    id: str
+    body: str
+    visible_at: float
+    dequeue_count: int = 0
+    pop_receipt: str = ""
+
+
+class MemoryQueues:
+    def __init__(self, core: _Core) -> None:
+        self._core = core
+        self._queues: dict[str, list[_Stored]] = {}
+
+    def create_queue(self, queue: str) -> None:
+        self._core.call("queue", "create", lambda: self._queues.setdefault(queue, []))
+
+    def send(self, queue: str, body: str, *, delay: float = 0.0) -> None:
+        def put() -> None:
+            self._get(queue).append(
+                _Stored(self._core.tag("m"), body, self._core.hooks.now() + delay))
+
+        self._core.call("queue", "send", put, duplicate=put)
+
+    def receive(self, queue: str, *, max_messages: int, lease: float) -> list[QueueMessage]:
+        def take() -> list[QueueMessage]:
+            now = self._core.hooks.now()
+            visible = [m for m in self._get(queue) if m.visible_at <= now][:max_messages]
+            for m in visible:
+                m.visible_at = now + lease
+                m.dequeue_count += 1
+                m.pop_receipt = self._core.tag("r")
+            return [QueueMessage(m.id, m.pop_receipt, m.body, m.dequeue_count) for m in visible]
+
+        return self._core.call("queue", "receive", take)
+
+    def delete(self, queue: str, message: QueueMessage) -> None:
+        def remove() -> None:
+            stored = self._leased(queue, message)
+            self._get(queue).remove(stored)
+
+        self._core.call("queue", "delete", remove)
+
+    def extend(self, queue: str, message: QueueMessage, *, lease: float) -> QueueMessage:
+        def renew() -> QueueMessage:
+            stored = self._leased(queue, message)
+            stored.visible_at = self._core.hooks.now() + lease
+            stored.pop_receipt = self._core.tag("r")
+            return replace(message, pop_receipt=stored.pop_receipt)
+
+        return self._core.call("queue", "extend", renew)
+
+    def depth(self, queue: str) -> int:
+        return self._core.call("queue", "depth", lambda: len(self._get(queue)))
+
+    # -- inspection for tests and the simulation (no faults, no scheduling) --------------
+    def bodies(self, queue: str) -> list[str]:
+        with self._core.lock:
+            return [m.body for m in self._queues.get(queue, [])]
+
+    def names(self) -> list[str]:
+        with self._core.lock:
+            return sorted(self._queues)
+
+    def next_visible_at(self) -> float | None:
+        with self._core.lock:
+            times = [m.visible_at for q in self._queues.values() for m in q]
+            return min(times) if times else None
+
+    def expire_lease(self, pick: Callable[[list[str]], int]) -> bool:
+        """Make one leased (invisible) message visible now, as if its lease had run out."""
+        with self._core.lock:
+            now = self._core.hooks.now()
+            leased = [(q, m) for q, ms in self._queues.items() for m in ms
+                      if m.visible_at > now and m.dequeue_count > 0]
+            if not leased:
+                return False
+            _, stored = leased[pick([m.id for _, m in leased])]
+            stored.visible_at = now
+            return True
+
+    def _get(self, queue: str) -> list[_Stored]:
+        if queue not in self._queues:
+            raise NotFound(f"queue {queue!r} does not exist")
+        return self._queues[queue]
+
+    def _leased(self, queue: str, message: QueueMessage) -> _Stored:
+        for stored in self._get(queue):
+            if stored.id == message.id:
+                if stored.pop_receipt != message.pop_receipt:
+                    raise NotFound(f"message {message.id}: pop receipt no longer valid")
+                return stored
+        raise NotFound(f"message {message.id} is not in {queue!r}")
+
+
+class MemoryBlobs:
+    def __init__(self, core: _Core) -> None:
+        self._core = core
+        self._containers: dict[str, dict[str, Blob]] = {}
+
+    def create_container(self, container: str) -> None:
+        self._core.call("blob", "create", lambda: self._containers.setdefault(container, {}))
+
+    def read(self, container: str, name: str) -> Blob:
+        def get() -> Blob:
+            blobs = self._get(container)
+            if name not in blobs:
+                raise NotFound(f"blob {container}/{name} does not exist")
+            return blobs[name]
+
+        return self._core.call("blob", "read", get)
+
+    def write(self, container: str, name: str, data: bytes, *, etag: str | None = None,
+              create_only: bool = False) -> str:
+        def put() -> str:
+            blobs = self._get(container)
+            current = blobs.get(name)
+            if create_only and current is not None:
+                raise Conflict(f"blob {container}/{name} already exists")
+            if etag is not None:
+                if current is None:
+                    raise NotFound(f"blob {container}/{name} does not exist")
+                if current.etag != etag:
+                    raise PreconditionFailed(f"blob {container}/{name} changed")
+            blob = Blob(bytes(data), self._core.tag("b"))
+            blobs[name] = blob
+            return blob.etag
+
+        return self._core.call("blob", "write", put)
+
+    def delete(self, container: str, name: str) -> None:
+        def remove() -> None:
+            if self._get(container).pop(name, None) is None:
+                raise NotFound(f"blob {container}/{name} does not exist")
+
+        self._core.call("blob", "delete", remove)
+
+    def list(self, container: str, prefix: str = "") -> list[str]:
+        return self._core.call(
+            "blob", "list", lambda: sorted(n for n in self._get(container) if n.startswith(prefix)))
+
+    def _get(self, container: str) -> dict[str, Blob]:
+        if container not in self._containers:
+            raise NotFound(f"container {container!r} does not exist")
+        return self._containers[container]
+
+
+class MemoryTables:
+    def __init__(self, core: _Core) -> None:
+        self._core = core
+        self._tables: dict[str, dict[tuple[str, str], Entity]] = {}
+
+    def create_table(self, table: str) -> None:
+        self._core.call("table", "create", lambda: self._tables.setdefault(table, {}))
+
+    def get(self, table: str, partition_key: str, row_key: str) -> Entity:
+        return self._core.call("table", "get",
+                               lambda: self._row(self._get(table), partition_key, row_key))
+
+    def insert(self, table: str, entity: Entity) -> str:
+        return self._core.call("table", "insert",
+                               lambda: self._apply(self._get(table), TableOp("insert", entity)))
+
+    def replace(self, table: str, entity: Entity, *, etag: str | None = None) -> str:
+        return self._core.call(
+            "table", "replace",
+            lambda: self._apply(self._get(table), TableOp("replace", entity, etag)))
+
+    def delete(self, table: str, partition_key: str, row_key: str, *,
+               etag: str | None = None) -> None:
+        op = TableOp("delete", Entity(partition_key, row_key), etag)
+        self._core.call("table", "delete", lambda: self._apply(self._get(table), op))
+
+    def transact(self, table: str, ops: Sequence[TableOp]) -> list[str]:
+        def run() -> list[str]:
+            _check_batch(ops)
+            rows = self._get(table)
+            trial = dict(rows)
+            etags = [self._apply(trial, op) for op in ops]
+            rows.clear()
+            rows.update(trial)
+            return etags
+
+        return self._core.call("table", "transact", run)
+
+    def query(self, table: str, partition_key: str | None = None) -> list[Entity]:
+        def scan() -> list[Entity]:
+            rows = self._get(table)
+            return [e for (pk, _), e in sorted(rows.items())
+                    if partition_key is None or pk == partition_key]
+
+        return self._core.call("table", "query", scan)
+
+    # -- inspection for tests and the simulation ------------------------------------------
+    def rows(self, table: str) -> Iterator[Entity]:
+        with self._core.lock:
+            yield from list(self._tables.get(table, {}).values())
+
+    def names(self) -> list[str]:
+        with self._core.lock:
+            return sorted(self._tables)
+
+    def _get(self, table: str) -> dict[tuple[str, str], Entity]:
+        if table not in self._tables:
+            raise NotFound(f"table {table!r} does not exist")
+        return self._tables[table]
+
+    @staticmethod
+    def _row(rows: dict[tuple[str, str], Entity], pk: str, rk: str) -> Entity:
+        if (pk, rk) not in rows:
+            raise NotFound(f"entity {pk}/{rk} does not exist")
+        return rows[(pk, rk)]
+
+    def _apply(self, rows: dict[tuple[str, str], Entity], op: TableOp) -> str:
+        key = (op.entity.partition_key, op.entity.row_key)
+        current = rows.get(key)
+        if op.kind == "insert" and current is not None:
+            raise Conflict(f"entity {key} already exists")
+        if op.kind != "insert" and op.etag is not None:
+            if current is None:
+                raise NotFound(f"entity {key} does not exist")
+            if current.etag != op.etag:
+                raise PreconditionFailed(f"entity {key} changed")
+        if op.kind == "delete":
+            if current is None:
+                raise NotFound(f"entity {key} does not exist")
+            del rows[key]
+            return ""
+        etag = self._core.tag("t")
+        rows[key] = replace(op.entity, properties=dict(op.entity.properties), etag=etag)
+        return etag
+
+
+def _check_batch(ops: Sequence[TableOp]) -> None:
+    if not ops or len(ops) > MAX_BATCH:
+        raise ValueError(f"a transaction takes 1..{MAX_BATCH} operations, got {len(ops)}")
+    partitions = {op.entity.partition_key for op in ops}
+    if len(partitions) != 1:
+        raise ValueError("a transaction must stay inside one partition")
+    keys = [(op.entity.partition_key, op.entity.row_key) for op in ops]
+    if len(set(keys)) != len(keys):
+        raise ValueError("a transaction may touch each row once")
+
+
+class InMemoryStorage(Storage):
+    """Queues, blobs and tables in one process, optionally misbehaving through ``hooks``."""
+
+    queues: MemoryQueues
+    blobs: MemoryBlobs
+    tables: MemoryTables
+
+    def __init__(self, hooks: FaultHooks | None = None) -> None:
+        core = _Core(hooks or NoFaults())
+        super().__init__(MemoryQueues(core), MemoryBlobs(core), MemoryTables(core))

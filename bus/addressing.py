@@ -1,0 +1,73 @@
+"""Turning a message into addressed envelopes: one per destination endpoint.
+
+A command goes to the endpoint its sender names, or to the endpoint the topology routes its type
+to. An event goes to every subscriber in its topic's recipient list, each copy with its own
+attempt id (and so its own inbox token).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from datetime import datetime, timezone
+
+from bus.envelope import Envelope, payload_text
+from bus.ids import IdFactory
+from bus.messages import Command, Event, Message, topic_of
+from bus.naming import check_endpoint
+from bus.protocol.topics import Topics
+from bus.serialization import Serializer
+
+
+class RoutingError(LookupError):
+    pass
+
+
+class Addressing:
+    def __init__(self, *, source: str, routes: Mapping[str, str], topics: Topics,
+                 serializer: Serializer, new_id: IdFactory, clock: Callable[[], float],
+                 known: Collection[str] | None = None) -> None:
+        self.source = source
+        self._routes = routes
+        self._known = known
+        self._topics = topics
+        self._serializer = serializer
+        self._new_id = new_id
+        self._clock = clock
+
+    def envelopes(self, message: Message, *, message_id: str, correlation_id: str,
+                  causation_id: str | None, headers: Mapping[str, str] | None = None,
+                  to: str | None = None) -> list[Envelope]:
+        destinations, topic = self._destinations(message, to)
+        data = self._serializer.dumps(message)
+        text, encoding = payload_text(data, self._serializer.text)
+        sent_at = datetime.fromtimestamp(self._clock(), tz=timezone.utc)
+        return [
+            Envelope(
+                message_id=message_id, attempt_id=self._new_id(), kind=message.message_kind,
+                message_type=message.message_type, source=self.source, destination=destination,
+                topic=topic, correlation_id=correlation_id, causation_id=causation_id,
+                headers=dict(headers or {}), sent_at=sent_at,
+                content_type=self._serializer.content_type, payload=text,
+                payload_encoding=encoding)
+            for destination in destinations
+        ]
+
+    def _destinations(self, message: Message, to: str | None) -> tuple[list[str], str | None]:
+        if isinstance(message, Command):
+            if to is None:
+                to = self._routes.get(message.message_type)
+            if to is None:
+                raise RoutingError(
+                    f"no destination for command {message.message_type}: pass to='endpoint' or "
+                    "register an endpoint that handles it")
+            if self._known is not None and to not in self._known:
+                raise RoutingError(
+                    f"unknown endpoint {to!r} for {message.message_type}: known endpoints are "
+                    f"{', '.join(sorted(self._known))}; declare others with routes=")
+            return [check_endpoint(to)], None
+        if isinstance(message, Event):
+            if to is not None:
+                raise RoutingError("events are published to their topic; 'to' is for commands")
+            topic = topic_of(type(message))
+            return self._topics.subscribers(topic), topic
+        raise TypeError(f"{type(message).__name__} is neither a Command nor an Event")

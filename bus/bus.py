@@ -1,0 +1,129 @@
+"""The Bus: one object that wires the protocol to a storage backend and a topology."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from bus.addressing import Addressing
+from bus.endpoint import Endpoint
+from bus.ids import IdFactory, random_id
+from bus.messages import Command, Event, Message
+from bus.naming import Names
+from bus.protocol.courier import Courier
+from bus.protocol.dispatch import Dispatcher
+from bus.protocol.inbox import Inbox
+from bus.protocol.outbox import Outbox
+from bus.protocol.payloads import Payloads
+from bus.protocol.poison import PoisonQueue
+from bus.protocol.receive import Receiver
+from bus.protocol.safeguards import Safeguards
+from bus.protocol.send import Sender
+from bus.protocol.sweeper import Sweeper
+from bus.protocol.topics import Topics
+from bus.serialization import JsonSerializer, Serializer
+from bus.settings import Settings
+from bus.storage import Storage
+from bus.topology import Topology
+
+
+class Bus:
+    """Send, publish, receive and maintain, against one storage account.
+
+    ``clock``, ``new_id`` and ``sleep`` are injectable so the simulation can make runs
+    deterministic; leave them alone otherwise.
+    """
+
+    def __init__(self, storage: Storage, endpoints: Sequence[Endpoint] = (), *,
+                 prefix: str = "", routes: Mapping[type[Message] | str, str] | None = None,
+                 settings: Settings | None = None, serializer: Serializer | None = None,
+                 clock: Callable[[], float] = time.time, new_id: IdFactory = random_id,
+                 sleep: Callable[[float], None] = time.sleep,
+                 safeguards: Safeguards | None = None) -> None:
+        self.storage = storage
+        self.names = Names(prefix)
+        self.topology = Topology(endpoints, routes)
+        self.topology.check_names(self.names)
+        self.settings = settings or Settings()
+        self.serializer: Serializer = serializer or JsonSerializer()
+        self.clock = clock
+        self.new_id = new_id
+        self.safeguards = safeguards or Safeguards()
+        self.topics = Topics(storage.blobs, self.names.topic_container)
+        self.inbox = Inbox(storage.tables, self.names.tokens_table)
+        self.payloads = Payloads(storage.blobs, self.names.payload_container)
+        self.courier = Courier(queues=storage.queues, names=self.names, inbox=self.inbox,
+                               payloads=self.payloads, clock=clock)
+        self._sender = Sender(courier=self.courier, new_id=new_id, sleep=sleep)
+        self._receivers: dict[str, Receiver] = {}
+
+    # -- set-up -----------------------------------------------------------------------------
+    def provision(self) -> None:
+        """Create every queue, table and container, and subscribe endpoints to their topics.
+
+        Idempotent: run it at every start-up (or deploy the same resources with Bicep).
+        """
+        queues, blobs, tables = self.storage.queues, self.storage.blobs, self.storage.tables
+        tables.create_table(self.names.tokens_table)
+        blobs.create_container(self.names.payload_container)
+        blobs.create_container(self.names.topic_container)
+        for name in self.topology.endpoints:
+            queues.create_queue(self.names.queue(name))
+            queues.create_queue(self.names.poison_queue(name))
+            tables.create_table(self.names.state_table(name))
+        for topic, subscribers in self.topology.subscriptions.items():
+            for endpoint in subscribers:
+                self.topics.subscribe(topic, endpoint)
+
+    # -- sending from outside a handler -------------------------------------------------------
+    def send(self, command: Command, *, to: str | None = None, message_id: str | None = None,
+             correlation_id: str | None = None, headers: Mapping[str, str] | None = None) -> str:
+        """Send a command; returns its message id."""
+        return self._send(command, to, message_id, correlation_id, headers)
+
+    def publish(self, event: Event, *, message_id: str | None = None,
+                correlation_id: str | None = None,
+                headers: Mapping[str, str] | None = None) -> str:
+        """Publish an event to every current subscriber of its topic; returns its message id."""
+        return self._send(event, None, message_id, correlation_id, headers)
+
+    def _send(self, message: Message, to: str | None, message_id: str | None,
+              correlation_id: str | None, headers: Mapping[str, str] | None) -> str:
+        message_id = message_id or self.new_id()
+        envelopes = self.addressing(self.settings.client_name).envelopes(
+            message, message_id=message_id, correlation_id=correlation_id or message_id,
+            causation_id=None, headers=headers, to=to)
+        self._sender.send(envelopes)
+        return message_id
+
+    # -- receiving -------------------------------------------------------------------------
+    def receiver(self, endpoint: str) -> Receiver:
+        if endpoint not in self._receivers:
+            self._receivers[endpoint] = self._build_receiver(self.topology.endpoint(endpoint))
+        return self._receivers[endpoint]
+
+    def _build_receiver(self, endpoint: Endpoint) -> Receiver:
+        table = self.names.state_table(endpoint.name)
+        outbox = Outbox(self.storage.tables, table)
+        dispatcher = Dispatcher(courier=self.courier, outbox=outbox, new_id=self.new_id,
+                                safeguards=self.safeguards)
+        return Receiver(
+            endpoint=endpoint, inbox=self.inbox, outbox=outbox, payloads=self.payloads,
+            dispatcher=dispatcher, poison=self.poison_queue(endpoint.name),
+            addressing=self.addressing(endpoint.name), tables=self.storage.tables,
+            state_table=table, serializer=self.serializer, clock=self.clock,
+            max_delivery_count=self.settings.max_delivery_count, safeguards=self.safeguards)
+
+    def addressing(self, source: str) -> Addressing:
+        return Addressing(source=source, routes=self.topology.routes, topics=self.topics,
+                          serializer=self.serializer, new_id=self.new_id, clock=self.clock,
+                          known=self.topology.destinations)
+
+    def poison_queue(self, endpoint: str) -> PoisonQueue:
+        return PoisonQueue(self.storage.queues, self.names.poison_queue(endpoint), endpoint)
+
+    # -- maintenance -----------------------------------------------------------------------
+    def sweeper(self) -> Sweeper:
+        return Sweeper(inbox=self.inbox, payloads=self.payloads, poison_for=self.poison_queue,
+                       clock=self.clock, ghost_horizon=self.settings.ghost_horizon_seconds,
+                       orphan_age=self.settings.orphan_age_seconds)

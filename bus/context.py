@@ -1,0 +1,137 @@
+"""What a handler sees: the message's metadata, its state partition, and send/publish."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from bus.addressing import Addressing
+from bus.envelope import Envelope
+from bus.ids import derived_message_id
+from bus.messages import Command, Event, Message
+from bus.protocol.outbox import RESERVED_PREFIX
+from bus.storage import Entity, EntityValue, NotFound, TableOp, Tables
+
+Row = dict[str, EntityValue]
+_FORBIDDEN_KEY_CHARS = set("/\\#?")
+_RESERVED_PROPERTIES = {"PartitionKey", "RowKey", "Timestamp", "etag", "odata.etag"}
+
+
+class StateError(ValueError):
+    pass
+
+
+def check_key(kind: str, key: str) -> str:
+    if not isinstance(key, str) or not key or len(key) > 512:
+        raise StateError(f"{kind} must be a non-empty string of at most 512 characters: {key!r}")
+    if _FORBIDDEN_KEY_CHARS & set(key) or any(ord(c) < 32 or 127 <= ord(c) < 160 for c in key):
+        raise StateError(f"{kind} {key!r} contains a character Table Storage forbids "
+                         "(/ \\ # ? or a control character)")
+    return key
+
+
+class PartitionState:
+    """The business state of one partition: rows addressed by key, each a dict of values.
+
+    Reads go to Table Storage (and see this handler's own writes); writes are kept until the
+    handler returns and are then committed atomically with the outbox record.
+    """
+
+    def __init__(self, tables: Tables, table: str, partition: str) -> None:
+        self._tables = tables
+        self._table = table
+        self.partition = partition
+        self._read: dict[str, Row | None] = {}
+        self._written: dict[str, Row | None] = {}
+
+    def get(self, key: str) -> Row | None:
+        key = self._check(key)
+        if key in self._written:
+            row = self._written[key]
+            return dict(row) if row is not None else None
+        if key not in self._read:
+            try:
+                entity = self._tables.get(self._table, self.partition, key)
+                self._read[key] = dict(entity.properties)
+            except NotFound:
+                self._read[key] = None
+        row = self._read[key]
+        return dict(row) if row is not None else None
+
+    def put(self, key: str, values: Mapping[str, EntityValue]) -> None:
+        key = self._check(key)
+        bad = _RESERVED_PROPERTIES & set(values)
+        if bad:
+            raise StateError(f"property names {sorted(bad)} are reserved by Table Storage")
+        self._written[key] = dict(values)
+
+    def delete(self, key: str) -> None:
+        key = self._check(key)
+        self.get(key)  # a delete of a missing row would fail the whole transaction
+        self._written[key] = None
+
+    def operations(self) -> list[TableOp]:
+        ops: list[TableOp] = []
+        for key, row in self._written.items():
+            if row is not None:
+                ops.append(TableOp("replace", Entity(self.partition, key, row)))
+            elif self._read.get(key) is not None:
+                ops.append(TableOp("delete", Entity(self.partition, key)))
+        if len(ops) > 99:
+            raise StateError(f"a handler may change at most 99 rows per message, not {len(ops)}")
+        return ops
+
+    def _check(self, key: str) -> str:
+        check_key("state key", key)
+        if key.startswith(RESERVED_PREFIX):
+            raise StateError(f"state keys starting with {RESERVED_PREFIX!r} are reserved")
+        return key
+
+
+@dataclass
+class Context:
+    """Passed to every handler with the message.
+
+    ``send`` and ``publish`` do not send anything yet: the messages are recorded in the outbox
+    with the state changes and dispatched after the commit, exactly once.
+    """
+
+    endpoint: str
+    envelope: Envelope
+    dequeue_count: int
+    state: PartitionState
+    _addressing: Addressing
+    _outgoing: list[Envelope]
+    _sends: int = 0
+
+    @property
+    def message_id(self) -> str:
+        return self.envelope.message_id
+
+    @property
+    def correlation_id(self) -> str:
+        return self.envelope.correlation_id
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return self.envelope.headers
+
+    def send(self, command: Command, *, to: str | None = None,
+             headers: Mapping[str, str] | None = None) -> str:
+        return self._add(command, to, headers)
+
+    def publish(self, event: Event, *, headers: Mapping[str, str] | None = None) -> str:
+        return self._add(event, None, headers)
+
+    def _add(self, message: Message, to: str | None,
+             headers: Mapping[str, str] | None) -> str:
+        message_id = derived_message_id(self.envelope.message_id, self._sends)
+        self._sends += 1
+        self._outgoing.extend(self._addressing.envelopes(
+            message, message_id=message_id, correlation_id=self.envelope.correlation_id,
+            causation_id=self.envelope.message_id, headers=headers, to=to))
+        return message_id
+
+    @property
+    def outgoing(self) -> tuple[Envelope, ...]:
+        return tuple(self._outgoing)

@@ -1,0 +1,117 @@
+"""The envelope: the JSON document a signal carries. Documented in docs/envelope.md.
+
+On the queue, a signal body is the envelope as UTF-8 JSON, base64-encoded (what the Azure
+Functions queue trigger expects). When the encoded envelope would not fit a queue message, the
+payload moves to a blob (claim check) and the envelope carries ``payload_ref`` instead.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+# A queue message holds 64 KiB of text; base64 turns 3 bytes into 4 characters.
+MAX_SIGNAL_BYTES = 49_152
+ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"
+
+
+class BadSignal(ValueError):
+    """A signal the endpoint cannot process; the message says why (the poison reason)."""
+
+
+class PayloadRef(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    container: str
+    blob: str
+
+
+class Envelope(BaseModel):
+    """Everything a receiver needs to deduplicate, route and deserialize one message copy."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    bus: Literal[1] = 1
+    message_id: str = Field(pattern=ID_PATTERN)
+    attempt_id: str = Field(pattern=ID_PATTERN)
+    kind: Literal["command", "event"]
+    message_type: str = Field(min_length=1, max_length=256)
+    source: str
+    destination: str
+    topic: str | None = None
+    correlation_id: str
+    causation_id: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    sent_at: datetime
+    content_type: str = "application/json"
+    payload: str | None = None
+    payload_encoding: Literal["utf-8", "base64"] = "utf-8"
+    payload_ref: PayloadRef | None = None
+
+    @model_validator(mode="after")
+    def _one_payload(self) -> Envelope:
+        if (self.payload is None) == (self.payload_ref is None):
+            raise ValueError("exactly one of payload and payload_ref must be set")
+        return self
+
+    def inline_payload(self) -> bytes:
+        """The payload bytes of an envelope that carries its payload inline."""
+        if self.payload is None:
+            raise ValueError("the payload is in a blob (payload_ref)")
+        if self.payload_encoding == "base64":
+            return base64.b64decode(self.payload)
+        return self.payload.encode("utf-8")
+
+    def to_json(self) -> str:
+        return self.model_dump_json(exclude_none=True)
+
+
+def payload_text(data: bytes, text: bool) -> tuple[str, Literal["utf-8", "base64"]]:
+    """How payload bytes are carried inside the JSON envelope."""
+    if text:
+        return data.decode("utf-8"), "utf-8"
+    return base64.b64encode(data).decode("ascii"), "base64"
+
+
+def fits_signal(envelope: Envelope) -> bool:
+    return len(envelope.to_json().encode("utf-8")) <= MAX_SIGNAL_BYTES
+
+
+def encode_signal(envelope: Envelope) -> str:
+    raw = envelope.to_json().encode("utf-8")
+    if len(raw) > MAX_SIGNAL_BYTES:
+        raise ValueError(f"envelope of {len(raw)} bytes does not fit a queue message; "
+                         "move the payload to a blob first")
+    return base64.b64encode(raw).decode("ascii")
+
+
+def decode_signal(body: str | bytes) -> Envelope:
+    """Parse a signal body exactly as it sits on the queue (base64 text)."""
+    try:
+        raw = base64.b64decode(body, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise BadSignal(f"body is not valid base64: {exc}") from exc
+    return parse_envelope(raw)
+
+
+def parse_envelope(raw: bytes) -> Envelope:
+    """Parse the envelope JSON (already base64-decoded, as the Functions trigger hands it)."""
+    try:
+        document = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadSignal(f"body is not UTF-8 JSON: {exc}") from exc
+    if not isinstance(document, dict):
+        raise BadSignal("body is JSON but not an object")
+    try:
+        return Envelope.model_validate(document)
+    except ValidationError as exc:
+        raise BadSignal(f"envelope is invalid: {_summary(exc)}") from exc
+
+
+def _summary(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or '(root)'}: {e['msg']}"
+                     for e in exc.errors())

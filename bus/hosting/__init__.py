@@ -1,0 +1,1 @@
+"""Hosting: running endpoints. ``worker`` polls queues the way the Functions host does."""

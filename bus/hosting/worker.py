@@ -1,0 +1,86 @@
+"""A polling worker for one endpoint: lease, process, acknowledge - the local host's loop.
+
+It follows the Azure Functions queue trigger's rules where they matter to the protocol: a
+message is deleted only after processing succeeded, a failed one becomes visible again after a
+delay, and the delivery count travels with it. Transient storage errors are retried in process
+(tenacity, exponential backoff with jitter) before the message is released.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
+from tenacity.wait import wait_base
+
+from bus.bus import Bus
+from bus.protocol.receive import HandlerFailed, Outcome
+from bus.storage import NotFound, QueueMessage, StorageError, TransientError
+
+log = logging.getLogger(__name__)
+
+
+class Worker:
+    def __init__(self, bus: Bus, endpoint: str, *, batch_size: int = 16,
+                 retry_delay: float = 1.0, in_process_tries: int = 3,
+                 sleep: Callable[[float], None] = time.sleep,
+                 wait: wait_base | None = None) -> None:
+        self.bus = bus
+        self.receiver = bus.receiver(endpoint)
+        self.queue = bus.names.queue(endpoint)
+        self.batch_size = batch_size
+        self.retry_delay = retry_delay
+        self._tries = in_process_tries
+        self._sleep = sleep
+        self._wait = wait or wait_exponential_jitter(initial=0.05, max=2.0)
+        self.outcomes: dict[str, int] = {}
+
+    def poll_once(self) -> int:
+        """Lease one batch and process it; returns how many messages were leased."""
+        messages = self.bus.storage.queues.receive(
+            self.queue, max_messages=self.batch_size, lease=self.bus.settings.lease_seconds)
+        for message in messages:
+            self.process(message)
+        return len(messages)
+
+    def process(self, message: QueueMessage) -> Outcome | None:
+        try:
+            outcome = self._retrying()(self.receiver.handle, message.body,
+                                       message.dequeue_count, lambda: self._ack(message))
+        except HandlerFailed as exc:
+            log.info("handler failed (delivery %d), will retry: %s", message.dequeue_count, exc)
+            self._release(message)
+            return None
+        except StorageError as exc:
+            log.warning("storage trouble, releasing %s: %s", message.id, exc)
+            self._release(message)
+            return None
+        self.outcomes[outcome.value] = self.outcomes.get(outcome.value, 0) + 1
+        return outcome
+
+    def _retrying(self) -> Retrying:
+        return Retrying(stop=stop_after_attempt(self._tries), wait=self._wait,
+                        retry=retry_if_exception_type(TransientError), sleep=self._sleep,
+                        reraise=True)
+
+    def _ack(self, message: QueueMessage) -> None:
+        try:
+            self.bus.storage.queues.delete(self.queue, message)
+        except NotFound:
+            log.info("lease on %s was lost before the ack; the copy is now a duplicate",
+                     message.id)
+        except TransientError:
+            log.info("ack of %s failed; the redelivered copy will be a duplicate", message.id)
+
+    def _release(self, message: QueueMessage) -> None:
+        # If this fails too, the lease runs out on its own.
+        with contextlib.suppress(StorageError):
+            self.bus.storage.queues.extend(self.queue, message, lease=self.retry_delay)

@@ -1,0 +1,52 @@
+"""Putting one message copy on its way: token, claim-check payload, signal.
+
+Shared by the dispatcher (messages from handlers) and the sender (messages from clients).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from bus.envelope import Envelope, encode_signal, fits_signal
+from bus.naming import Names
+from bus.protocol.inbox import Inbox
+from bus.protocol.payloads import Payloads
+from bus.storage import Queues
+
+
+class Courier:
+    def __init__(self, *, queues: Queues, names: Names, inbox: Inbox, payloads: Payloads,
+                 clock: Callable[[], float]) -> None:
+        self._queues = queues
+        self._names = names
+        self.inbox = inbox
+        self.payloads = payloads
+        self._clock = clock
+
+    def place(self, envelope: Envelope) -> None:
+        """Create the copy's inbox token, then (if it needs one) its payload blob.
+
+        Token first: a payload blob then always has a token, or had one, which is what lets
+        the sweeper delete a blob whose token is gone.
+        """
+        self.inbox.create(envelope.destination, envelope.attempt_id, envelope.message_id,
+                          self._clock())
+        if not fits_signal(envelope):
+            self.payloads.put(self.payloads.ref(envelope.destination, envelope.attempt_id),
+                              envelope.inline_payload())
+
+    def signal(self, envelope: Envelope) -> None:
+        self._queues.send(self._names.queue(envelope.destination),
+                          encode_signal(self.signal_form(envelope)))
+
+    def signal_form(self, envelope: Envelope) -> Envelope:
+        if fits_signal(envelope):
+            return envelope
+        ref = self.payloads.ref(envelope.destination, envelope.attempt_id)
+        return envelope.model_copy(update={"payload": None, "payload_ref": ref,
+                                           "payload_encoding": "utf-8"})
+
+    def fence(self, destination: str, attempt_id: str, message_id: str) -> None:
+        """Make sure a superseded attempt can never be processed, and drop its payload."""
+        self.inbox.fence(destination, attempt_id, message_id, self._clock())
+        self.payloads.delete(self.payloads.ref(destination, attempt_id))

@@ -1,0 +1,61 @@
+"""Completing a committed outbox record: the steps after the commit, in order.
+
+1. (helpers only) issue fresh attempt ids and persist them with a compare-and-swap, so that no
+   two workers ever create tokens for the same attempt id;
+2. create an inbox token (and claim-check payload) for every outgoing copy;
+3. persist phase SENDING (compare-and-swap): from here on tokens are never created again;
+4. send the signals (repeating them is harmless: tokens deduplicate);
+5. fence the attempt ids that were superseded in step 1;
+6. consume (delete) the incoming message's token;
+7. empty the slot (compare-and-swap) and delete the incoming claim-check payload.
+
+Any step may be interrupted; whoever loads the slot next resumes from the persisted phase.
+"""
+
+from __future__ import annotations
+
+from bus.ids import IdFactory
+from bus.protocol.courier import Courier
+from bus.protocol.outbox import Outbox, Slot
+from bus.protocol.records import OutboxRecord, Phase
+from bus.protocol.safeguards import Safeguards
+
+
+class Dispatcher:
+    def __init__(self, *, courier: Courier, outbox: Outbox, new_id: IdFactory,
+                 safeguards: Safeguards) -> None:
+        self._courier = courier
+        self._outbox = outbox
+        self._new_id = new_id
+        self._safeguards = safeguards
+
+    def complete(self, slot: Slot, *, committed_by_me: bool) -> None:
+        """Drive ``slot.record`` to the end. ``committed_by_me``: the caller's own commit
+        produced ``slot`` (so nobody else can have used its attempt ids yet).
+
+        Raises ClaimLost when another worker moved the slot on; that worker finishes the job.
+        """
+        record = slot.record
+        assert record is not None
+        if record.phase is Phase.COMMITTED and record.outgoing:
+            slot, record = self._place_tokens(slot, record, committed_by_me)
+        for envelope in record.outgoing:
+            self._courier.signal(envelope)
+        for attempt in record.superseded:
+            self._courier.fence(attempt.destination, attempt.attempt_id, record.message_id)
+        self._courier.inbox.consume(record.endpoint, record.attempt_id)
+        self._outbox.clear(slot)
+        if record.payload_ref is not None:
+            self._courier.payloads.delete(record.payload_ref)
+
+    def _place_tokens(self, slot: Slot, record: OutboxRecord,
+                      committed_by_me: bool) -> tuple[Slot, OutboxRecord]:
+        if not committed_by_me and self._safeguards.fresh_attempt_ids:
+            # Someone else may have created tokens for the current ids, and one of their
+            # requests may still be in flight: never reuse an id a token may exist for.
+            record = record.with_fresh_attempts(self._new_id)
+            slot = self._outbox.update(slot, record)
+        for envelope in record.outgoing:
+            self._courier.place(envelope)
+        record = record.sending()
+        return self._outbox.update(slot, record), record

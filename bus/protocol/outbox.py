@@ -1,0 +1,104 @@
+"""The outbox slot: one row per state partition, beside the business state.
+
+The slot is the receiver's claim. A handler's state changes and its outbox record are written in
+one entity-group transaction whose slot operation carries the ETag read before the inbox token
+was checked (or is create-only for a partition's first message). Of two copies of a message
+processed concurrently, only one can commit; the other gets :class:`ClaimLost` and starts over.
+The row is emptied, never deleted, so its ETag keeps changing: deleting and re-creating it
+would let a stale create succeed (the ABA problem).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bus.protocol.records import OutboxRecord
+from bus.storage import Conflict, Entity, NotFound, PreconditionFailed, TableOp, Tables
+
+SLOT_ROW = "~bus.outbox"
+RESERVED_PREFIX = "~"
+_CHUNK = 30_000  # characters per string property (the limit is 64 KiB of UTF-16)
+_MAX_CHUNKS = 30  # an entity holds at most 1 MiB
+
+
+class ClaimLost(Exception):
+    """The slot changed since it was loaded: another worker got there first."""
+
+
+class RecordTooLarge(ValueError):
+    """A handler produced more outgoing data than one outbox record can hold."""
+
+
+@dataclass(frozen=True)
+class Slot:
+    partition: str
+    record: OutboxRecord | None
+    etag: str | None  # None: the row does not exist yet
+
+
+class Outbox:
+    def __init__(self, tables: Tables, table: str) -> None:
+        self._tables = tables
+        self._table = table
+
+    def load(self, partition: str) -> Slot:
+        try:
+            row = self._tables.get(self._table, partition, SLOT_ROW)
+        except NotFound:
+            return Slot(partition, None, None)
+        return Slot(partition, _decode(row), row.etag)
+
+    def commit(self, slot: Slot, state_ops: Sequence[TableOp], record: OutboxRecord,
+               *, cas: bool = True) -> Slot:
+        """Write the state changes and the record atomically, if the slot is unchanged."""
+        op = self._slot_op(slot, record, cas)
+        try:
+            etags = self._tables.transact(self._table, [*state_ops, op])
+        except (Conflict, PreconditionFailed, NotFound) as exc:
+            raise ClaimLost(str(exc)) from exc
+        return Slot(slot.partition, record, etags[-1])
+
+    def update(self, slot: Slot, record: OutboxRecord) -> Slot:
+        return Slot(slot.partition, record, self._replace(slot, record))
+
+    def clear(self, slot: Slot) -> Slot:
+        return Slot(slot.partition, None, self._replace(slot, None))
+
+    def _replace(self, slot: Slot, record: OutboxRecord | None) -> str:
+        try:
+            return self._tables.replace(self._table, _encode(slot.partition, record),
+                                        etag=slot.etag)
+        except (PreconditionFailed, NotFound) as exc:
+            raise ClaimLost(str(exc)) from exc
+
+    @staticmethod
+    def _slot_op(slot: Slot, record: OutboxRecord, cas: bool) -> TableOp:
+        entity = _encode(slot.partition, record)
+        if not cas:
+            return TableOp("replace", entity)
+        if slot.etag is None:
+            return TableOp("insert", entity)
+        return TableOp("replace", entity, slot.etag)
+
+
+def _encode(partition: str, record: OutboxRecord | None) -> Entity:
+    text = record.model_dump_json() if record is not None else ""
+    chunks = [text[i:i + _CHUNK] for i in range(0, len(text), _CHUNK)]
+    if len(chunks) > _MAX_CHUNKS:
+        raise RecordTooLarge(
+            f"the outgoing messages of one handler call take {len(text)} characters; an outbox "
+            f"record holds at most {_CHUNK * _MAX_CHUNKS}. Send a reference to data you store "
+            "yourself instead of the data.")
+    properties: dict[str, str | int] = {"chunks": len(chunks)}
+    properties.update({f"r{i}": chunk for i, chunk in enumerate(chunks)})
+    return Entity(partition, SLOT_ROW, properties)
+
+
+def _decode(row: Entity) -> OutboxRecord | None:
+    count = row.properties.get("chunks", 0)
+    if not count:
+        return None
+    assert isinstance(count, int)
+    text = "".join(str(row.properties[f"r{i}"]) for i in range(count))
+    return OutboxRecord.model_validate_json(text)

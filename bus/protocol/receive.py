@@ -1,0 +1,277 @@
+"""The receiver: processing one signal so that its effect happens exactly once.
+
+For a signal carrying message ``m``, attempt ``a``, for endpoint ``E``:
+
+1. decode the envelope, find the handler (bad input: poison queue, with the reason);
+2. fetch the payload (claim check) and map the message to its state partition ``P``;
+3. load ``P``'s outbox slot, remembering its ETag; if it holds a record, complete that first
+   (it may be ours, committed by an earlier delivery) and start again;
+4. check ``m``'s inbox token ``(E, a)``: gone (or fenced) means a duplicate - acknowledge;
+   parked means it is in the poison queue already;
+5. run the handler against ``P`` (reads go to storage, writes are collected);
+6. commit the state changes and the outbox record in one transaction, conditional on the ETag
+   from step 3: if someone else committed since, the claim is lost - go back to step 3;
+7. complete the record (see ``dispatch``) and acknowledge the signal.
+
+Step 3 happens before step 4 on purpose: the token is consumed only after a commit, and the
+commit changes the slot's ETag, so a copy that saw the token live either commits first or fails
+its compare-and-swap.
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bus.addressing import Addressing
+from bus.context import Context, PartitionState, StateError, check_key
+from bus.endpoint import Endpoint, Route
+from bus.envelope import BadSignal, Envelope, decode_signal, parse_envelope
+from bus.messages import Message
+from bus.protocol.dispatch import Dispatcher
+from bus.protocol.inbox import Inbox, Token, TokenState
+from bus.protocol.outbox import ClaimLost, Outbox, Slot
+from bus.protocol.payloads import Payloads
+from bus.protocol.poison import PoisonQueue
+from bus.protocol.records import OutboxRecord
+from bus.protocol.safeguards import Safeguards
+from bus.serialization import PayloadError, Serializer
+from bus.storage import StorageError, Tables
+
+log = logging.getLogger(__name__)
+
+_MAX_CLAIM_ROUNDS = 20
+
+
+class Outcome(str, enum.Enum):
+    PROCESSED = "processed"
+    DUPLICATE = "duplicate"
+    POISONED = "poisoned"
+    PARKED = "parked"
+
+
+class HandlerFailed(Exception):
+    """The handler raised and the delivery count allows another try: redeliver the signal."""
+
+
+class Contention(StorageError):
+    """The partition kept changing under us; let the signal be redelivered."""
+
+
+@dataclass(frozen=True)
+class _Decoded:
+    envelope: Envelope
+    route: Route
+    message: Message
+    partition: str
+
+
+def _no_ack() -> None:
+    return None
+
+
+class Receiver:
+    def __init__(self, *, endpoint: Endpoint, inbox: Inbox, outbox: Outbox, payloads: Payloads,
+                 dispatcher: Dispatcher, poison: PoisonQueue, addressing: Addressing,
+                 tables: Tables, state_table: str, serializer: Serializer,
+                 clock: Callable[[], float], max_delivery_count: int,
+                 safeguards: Safeguards) -> None:
+        self._endpoint = endpoint
+        self._inbox = inbox
+        self._outbox = outbox
+        self._payloads = payloads
+        self._dispatcher = dispatcher
+        self._poison = poison
+        self._addressing = addressing
+        self._state_table = state_table
+        self._serializer = serializer
+        self._clock = clock
+        self._max_delivery_count = max_delivery_count
+        self._safeguards = safeguards
+        self._tables = tables
+
+    @property
+    def endpoint(self) -> str:
+        return self._endpoint.name
+
+    def handle(self, body: str, dequeue_count: int,
+               ack: Callable[[], None] = _no_ack) -> Outcome:
+        """Process a signal body exactly as it sits on the queue (base64 text).
+
+        ``ack`` deletes the queue message; it is called once the outcome is durable. Raises
+        HandlerFailed (the handler raised; redeliver) or a StorageError (outcome unknown;
+        redeliver). Both are safe to retry any number of times.
+        """
+        try:
+            envelope = decode_signal(body)
+        except BadSignal as exc:
+            return self._poison_bad(body, None, str(exc), dequeue_count, ack)
+        return self._handle(envelope, body, dequeue_count, ack)
+
+    def handle_decoded(self, raw: bytes, dequeue_count: int,
+                       ack: Callable[[], None] = _no_ack) -> Outcome:
+        """Like ``handle`` for a body the host already base64-decoded (Functions trigger)."""
+        body = base64.b64encode(raw).decode("ascii")
+        try:
+            envelope = parse_envelope(raw)
+        except BadSignal as exc:
+            return self._poison_bad(body, None, str(exc), dequeue_count, ack)
+        return self._handle(envelope, body, dequeue_count, ack)
+
+    # -- steps 1-2 ------------------------------------------------------------------------
+    def _handle(self, envelope: Envelope, body: str, dequeue_count: int,
+                ack: Callable[[], None]) -> Outcome:
+        problem, route = self._route(envelope)
+        if route is None:
+            return self._poison_bad(body, envelope, problem, dequeue_count, ack)
+        if not self._safeguards.ack_after_commit:
+            ack()  # the "ack-before-commit" break: a crash from here on loses the message
+        payload = self._payload(envelope)
+        if payload is None:
+            token = self._inbox.read(self.endpoint, envelope.attempt_id)
+            if token is not None and token.state is TokenState.LIVE:
+                assert envelope.payload_ref is not None
+                return self._poison_bad(
+                    body, envelope, f"payload blob {envelope.payload_ref.blob} is missing",
+                    dequeue_count, ack)
+            ack()
+            return Outcome.DUPLICATE
+        try:
+            decoded = self._decode(envelope, route, payload)
+        except BadSignal as exc:
+            return self._poison_bad(body, envelope, str(exc), dequeue_count, ack)
+        return self._claim(decoded, body, dequeue_count, ack)
+
+    def _route(self, envelope: Envelope) -> tuple[str, Route | None]:
+        if envelope.destination != self.endpoint:
+            return (f"signal addressed to {envelope.destination!r} arrived at "
+                    f"{self.endpoint!r}", None)
+        if envelope.content_type != self._serializer.content_type:
+            return (f"content type {envelope.content_type!r} is not supported here "
+                    f"(expected {self._serializer.content_type!r})", None)
+        route = self._endpoint.route(envelope.message_type)
+        if route is None:
+            known = ", ".join(sorted(self._endpoint.routes)) or "nothing"
+            return (f"unknown message type {envelope.message_type!r} for endpoint "
+                    f"{self.endpoint!r} (it handles {known})", None)
+        return "", route
+
+    def _payload(self, envelope: Envelope) -> bytes | None:
+        if envelope.payload_ref is None:
+            return envelope.inline_payload()
+        return self._payloads.get(envelope.payload_ref)
+
+    def _decode(self, envelope: Envelope, route: Route, payload: bytes) -> _Decoded:
+        try:
+            message = self._serializer.loads(payload, route.contract)
+        except PayloadError as exc:
+            raise BadSignal(str(exc)) from exc
+        try:
+            partition = check_key("partition key", route.partition(message))
+        except StateError as exc:
+            raise BadSignal(str(exc)) from exc
+        except Exception as exc:
+            raise BadSignal(f"the partition function raised {exc!r}") from exc
+        return _Decoded(envelope, route, message, partition)
+
+    # -- steps 3-7 ------------------------------------------------------------------------
+    def _claim(self, d: _Decoded, body: str, dequeue_count: int,
+               ack: Callable[[], None]) -> Outcome:
+        for _ in range(_MAX_CLAIM_ROUNDS):
+            slot = self._outbox.load(d.partition)
+            try:
+                if slot.record is not None:
+                    self._dispatcher.complete(slot, committed_by_me=False)
+                    continue
+                outcome = self._check_token(d, slot)
+                if outcome is not None:
+                    ack()
+                    return outcome
+                committed = self._run_and_commit(d, slot, body, dequeue_count, ack)
+                if committed is None:
+                    return Outcome.POISONED
+                self._dispatcher.complete(committed, committed_by_me=True)
+            except ClaimLost:
+                continue
+            ack()
+            return Outcome.PROCESSED
+        raise Contention(f"partition {d.partition!r} of {self.endpoint!r} kept changing")
+
+    def _check_token(self, d: _Decoded, slot: Slot) -> Outcome | None:
+        """None when the copy may be processed; otherwise why not."""
+        if not self._safeguards.token_check:
+            return None  # the "skip-token-check" break
+        token = self._inbox.read(self.endpoint, d.envelope.attempt_id)
+        if token is not None and token.state is TokenState.LIVE:
+            return None
+        if token is not None and token.state is TokenState.PARKED:
+            return Outcome.PARKED
+        if d.envelope.payload_ref is not None:
+            self._release_payload(d, slot)
+        log.debug("duplicate %s attempt %s at %s", d.envelope.message_id,
+                  d.envelope.attempt_id, self.endpoint)
+        return Outcome.DUPLICATE
+
+    def _release_payload(self, d: _Decoded, slot: Slot) -> None:
+        """Delete a duplicate's claim-check blob - unless a record still needs finishing.
+
+        The token is consumed before the slot is emptied, so if the slot is empty now (after
+        we saw the token gone) any record for this copy is finished and the blob is garbage.
+        """
+        assert d.envelope.payload_ref is not None
+        if self._outbox.load(d.partition).record is not None:
+            raise ClaimLost("a record in the partition must be finished first")
+        self._payloads.delete(d.envelope.payload_ref)
+
+    def _run_and_commit(self, d: _Decoded, slot: Slot, body: str, dequeue_count: int,
+                        ack: Callable[[], None]) -> Slot | None:
+        state = PartitionState(self._tables, self._state_table, d.partition)
+        ctx = Context(self.endpoint, d.envelope, dequeue_count, state, self._addressing, [])
+        try:
+            d.route.handler(d.message, ctx)
+            operations = state.operations()
+            record = OutboxRecord(endpoint=self.endpoint, message_id=d.envelope.message_id,
+                                  attempt_id=d.envelope.attempt_id,
+                                  payload_ref=d.envelope.payload_ref, outgoing=ctx.outgoing)
+            return self._outbox.commit(slot, operations, record,
+                                       cas=self._safeguards.claim_cas)
+        except (StorageError, ClaimLost):
+            raise  # infrastructure or a lost race, not the handler's fault
+        except Exception as exc:  # the handler's own failure, or what it asked for (too big)
+            if dequeue_count < self._max_delivery_count:
+                raise HandlerFailed(f"{d.route.contract.message_type} handler raised "
+                                    f"{exc!r}") from exc
+            self._poison_failed(body, d.envelope, exc, dequeue_count, ack)
+            return None
+
+    # -- poison ---------------------------------------------------------------------------
+    def _poison_bad(self, body: str, envelope: Envelope | None, reason: str,
+                    dequeue_count: int, ack: Callable[[], None]) -> Outcome:
+        token = None
+        if envelope is not None:
+            token = self._inbox.read(self.endpoint, envelope.attempt_id)
+            if token is not None and token.state is not TokenState.LIVE:
+                ack()  # parked: already in the poison queue; fenced: never really sent
+                return Outcome.PARKED
+        self._poison.put(body, reason=reason, dequeue_count=dequeue_count, now=self._clock(),
+                         envelope=envelope)
+        self._park(token)
+        ack()
+        log.warning("poisoned a signal at %s: %s", self.endpoint, reason)
+        return Outcome.POISONED
+
+    def _poison_failed(self, body: str, envelope: Envelope, exc: Exception,
+                       dequeue_count: int, ack: Callable[[], None]) -> None:
+        reason = f"handler failed {dequeue_count} times (max delivery count)"
+        self._poison.put(body, reason=reason, dequeue_count=dequeue_count, now=self._clock(),
+                         envelope=envelope, exception=f"{type(exc).__name__}: {exc}")
+        self._park(self._inbox.read(self.endpoint, envelope.attempt_id))
+        ack()
+        log.warning("poisoned %s at %s: %s", envelope.message_id, self.endpoint, reason)
+
+    def _park(self, token: Token | None) -> None:
+        if token is not None and token.state is TokenState.LIVE:
+            self._inbox.park(token, self._clock())

@@ -1,0 +1,54 @@
+"""Persistent records of the protocol: what an outbox slot holds."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+
+from pydantic import BaseModel, ConfigDict
+
+from bus.envelope import Envelope, PayloadRef
+
+
+class Phase(str, enum.Enum):
+    COMMITTED = "committed"  # state written; tokens of the current attempt ids may not exist
+    SENDING = "sending"  # every token (and payload blob) of the current attempt ids exists
+
+
+class Attempt(BaseModel):
+    """One attempt id issued to one destination; superseded attempts get fenced."""
+
+    model_config = ConfigDict(frozen=True)
+    destination: str
+    attempt_id: str
+
+
+class OutboxRecord(BaseModel):
+    """The incoming message a partition committed, and the messages it must send.
+
+    It lives in the partition's outbox slot from the commit (atomic with the business state)
+    until the incoming token is consumed; then the slot is emptied.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    endpoint: str
+    message_id: str
+    attempt_id: str
+    payload_ref: PayloadRef | None = None
+    phase: Phase = Phase.COMMITTED
+    outgoing: tuple[Envelope, ...] = ()
+    superseded: tuple[Attempt, ...] = ()
+
+    def is_for(self, envelope: Envelope) -> bool:
+        return (self.message_id, self.attempt_id) == (envelope.message_id, envelope.attempt_id)
+
+    def with_fresh_attempts(self, new_id: Callable[[], str]) -> OutboxRecord:
+        """Issue new attempt ids for every outgoing copy; remember the old ones for fencing."""
+        old = tuple(Attempt(destination=e.destination, attempt_id=e.attempt_id)
+                    for e in self.outgoing)
+        fresh = tuple(e.model_copy(update={"attempt_id": new_id()}) for e in self.outgoing)
+        return self.model_copy(update={"outgoing": fresh, "superseded": self.superseded + old})
+
+    def sending(self) -> OutboxRecord:
+        return self.model_copy(update={"phase": Phase.SENDING})

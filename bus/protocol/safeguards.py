@@ -1,0 +1,33 @@
+"""The protocol's safeguards, as switches. All on in production.
+
+The simulation (``python -m bus.testing.simulate --break NAME``) turns one off to show that the
+invariants it checks really depend on it: every break must produce violations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Safeguards:
+    claim_cas: bool = True
+    """Commit the outbox record with the slot's ETag (If-Match) or create-only."""
+    fresh_attempt_ids: bool = True
+    """A retried token pass uses new attempt ids, persisted before any token is created."""
+    ack_after_commit: bool = True
+    """Delete the queue message only after the outbox record is committed and dispatched."""
+    token_check: bool = True
+    """Process a message only while its inbox token exists."""
+
+
+BREAKS: dict[str, tuple[Safeguards, str]] = {
+    "skip-claim-cas": (Safeguards(claim_cas=False),
+                       "commit without the ETag compare-and-swap on the outbox slot"),
+    "reuse-attempt-ids": (Safeguards(fresh_attempt_ids=False),
+                          "retry token creation with the attempt ids of the failed pass"),
+    "ack-before-commit": (Safeguards(ack_after_commit=False),
+                          "delete the queue message before the handler's commit"),
+    "skip-token-check": (Safeguards(token_check=False),
+                         "process a message without checking its inbox token"),
+}

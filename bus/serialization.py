@@ -1,0 +1,46 @@
+"""Pluggable payload serializers. JSON (through pydantic) is the default."""
+
+from __future__ import annotations
+
+from typing import Protocol, TypeVar
+
+from pydantic import ValidationError
+
+from bus.messages import Message
+
+M = TypeVar("M", bound=Message)
+
+
+class PayloadError(ValueError):
+    """The payload could not be turned into the declared message contract."""
+
+
+class Serializer(Protocol):
+    """Turns message contracts into bytes and back.
+
+    ``content_type`` travels in the envelope. ``text`` says whether the bytes are UTF-8 text
+    (carried as a string in the envelope) or binary (carried base64-encoded).
+    """
+
+    content_type: str
+    text: bool
+
+    def dumps(self, message: Message) -> bytes: ...
+
+    def loads(self, data: bytes, contract: type[M]) -> M:
+        """Raises PayloadError with a human-readable reason."""
+        ...
+
+
+class JsonSerializer:
+    content_type = "application/json"
+    text = True
+
+    def dumps(self, message: Message) -> bytes:
+        return message.model_dump_json().encode("utf-8")
+
+    def loads(self, data: bytes, contract: type[M]) -> M:
+        try:
+            return contract.model_validate_json(data)
+        except ValidationError as exc:
+            raise PayloadError(f"{contract.message_type} failed validation: {exc}") from exc

@@ -1,0 +1,22 @@
+"""Tunable settings, with the defaults a production endpoint should start from."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_delivery_count: int = Field(5, ge=1)
+    """Deliveries of a signal whose handler raises before it goes to the poison queue
+    (the Functions host's maxDequeueCount default)."""
+    lease_seconds: float = Field(600.0, gt=0)
+    """How long a worker leases a queue message (the Functions host leases for 10 minutes and
+    renews at half-time)."""
+    ghost_horizon_seconds: float = Field(3600.0, gt=0)
+    """How long a delayed storage request may still take effect; fences are kept this long."""
+    orphan_age_seconds: float = Field(7 * 24 * 3600.0, gt=0)
+    """Age at which a live token that nobody processed is reported and removed."""
+    client_name: str = "client"
+    """The ``source`` of messages sent from outside any handler."""

@@ -1,0 +1,139 @@
+"""The storage ports: minimal, synchronous, typed.
+
+Each method documents the errors it raises. Every method may also raise
+:class:`~bus.storage.errors.TransientError` (outcome unknown).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal, Protocol
+
+EntityValue = str | int | float | bool | bytes | datetime | None
+
+
+@dataclass(frozen=True)
+class QueueMessage:
+    """A received queue message, leased to the receiver until its visibility timeout ends."""
+
+    id: str
+    pop_receipt: str
+    body: str
+    dequeue_count: int
+
+
+@dataclass(frozen=True)
+class Blob:
+    data: bytes
+    etag: str
+
+
+@dataclass(frozen=True)
+class Entity:
+    """A table row. ``etag`` is empty for an entity that has not been read from storage."""
+
+    partition_key: str
+    row_key: str
+    properties: Mapping[str, EntityValue] = field(default_factory=dict)
+    etag: str = ""
+
+
+@dataclass(frozen=True)
+class TableOp:
+    """One operation of an entity-group transaction.
+
+    ``insert`` fails with Conflict when the row exists; ``replace`` with an ``etag`` fails with
+    PreconditionFailed when the row changed (without one it is an upsert); ``delete`` with an
+    ``etag`` is conditional the same way and fails with NotFound when the row is absent.
+    """
+
+    kind: Literal["insert", "replace", "delete"]
+    entity: Entity
+    etag: str | None = None
+
+
+class Queues(Protocol):
+    def create_queue(self, queue: str) -> None:
+        """Create the queue if it does not exist."""
+
+    def send(self, queue: str, body: str, *, delay: float = 0.0) -> None:
+        """Append a message; it becomes visible after ``delay`` seconds. Raises NotFound."""
+
+    def receive(self, queue: str, *, max_messages: int, lease: float) -> list[QueueMessage]:
+        """Lease up to ``max_messages`` (1..32) visible messages for ``lease`` seconds."""
+
+    def delete(self, queue: str, message: QueueMessage) -> None:
+        """Delete a leased message. Raises NotFound when the lease was lost (pop receipt stale)."""
+
+    def extend(self, queue: str, message: QueueMessage, *, lease: float) -> QueueMessage:
+        """Restart the lease from now; returns the message with its new pop receipt.
+
+        ``lease=0`` releases the message for redelivery at once. Raises NotFound when the
+        lease was lost.
+        """
+
+    def depth(self, queue: str) -> int:
+        """Approximate number of messages in the queue, visible or not."""
+
+
+class Blobs(Protocol):
+    def create_container(self, container: str) -> None:
+        """Create the container if it does not exist."""
+
+    def read(self, container: str, name: str) -> Blob:
+        """Raises NotFound."""
+
+    def write(
+        self, container: str, name: str, data: bytes, *, etag: str | None = None,
+        create_only: bool = False,
+    ) -> str:
+        """Write and return the new ETag.
+
+        ``create_only`` fails with Conflict when the blob exists; ``etag`` fails with
+        PreconditionFailed when the blob changed (or NotFound when it is gone).
+        """
+
+    def delete(self, container: str, name: str) -> None:
+        """Raises NotFound."""
+
+    def list(self, container: str, prefix: str = "") -> list[str]:
+        """Names of the blobs whose name starts with ``prefix``."""
+
+
+class Tables(Protocol):
+    def create_table(self, table: str) -> None:
+        """Create the table if it does not exist."""
+
+    def get(self, table: str, partition_key: str, row_key: str) -> Entity:
+        """Raises NotFound."""
+
+    def insert(self, table: str, entity: Entity) -> str:
+        """Create the row; returns its ETag. Raises Conflict."""
+
+    def replace(self, table: str, entity: Entity, *, etag: str | None = None) -> str:
+        """Replace the row (upsert when ``etag`` is None). Raises PreconditionFailed, NotFound."""
+
+    def delete(self, table: str, partition_key: str, row_key: str, *,
+               etag: str | None = None) -> None:
+        """Raises NotFound, PreconditionFailed."""
+
+    def transact(self, table: str, ops: Sequence[TableOp]) -> list[str]:
+        """Apply up to 100 operations on one partition atomically: all or none.
+
+        Returns the new ETag of each operation ("" for a delete). Raises the error of the first
+        operation that fails (Conflict, PreconditionFailed or NotFound); then nothing was written.
+        """
+
+    def query(self, table: str, partition_key: str | None = None) -> list[Entity]:
+        """All rows of one partition (or of the table). For tooling and checks, not hot paths."""
+
+
+@dataclass(frozen=True)
+class Storage:
+    """The three ports together: what an endpoint needs to run."""
+
+    queues: Queues
+    blobs: Blobs
+    tables: Tables

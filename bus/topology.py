@@ -1,0 +1,75 @@
+"""The topology: endpoints, where each command goes, and who subscribes to each topic.
+
+It is derived from the handlers (SafeBunny's "topology from node + type", seed 003): an endpoint
+that handles a command owns it; an endpoint that handles an event subscribes to its topic.
+Commands owned by endpoints outside this app are declared with ``routes``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from bus.endpoint import ConfigurationError, Endpoint
+from bus.messages import Message, topic_of
+from bus.naming import Names, NamingError, check_endpoint
+
+
+class Topology:
+    def __init__(self, endpoints: Sequence[Endpoint] = (),
+                 routes: Mapping[type[Message] | str, str] | None = None) -> None:
+        self.endpoints: dict[str, Endpoint] = {}
+        for endpoint in endpoints:
+            if endpoint.name in self.endpoints:
+                raise ConfigurationError(f"two endpoints are named {endpoint.name!r}")
+            self.endpoints[endpoint.name] = endpoint
+        self.routes = self._command_routes(routes or {})
+        self.subscriptions = self._subscriptions()
+
+    def endpoint(self, name: str) -> Endpoint:
+        try:
+            return self.endpoints[name]
+        except KeyError:
+            known = ", ".join(sorted(self.endpoints)) or "none"
+            raise ConfigurationError(
+                f"unknown endpoint {name!r}: this app defines {known}") from None
+
+    @property
+    def destinations(self) -> set[str]:
+        """Every endpoint a command may be sent to from here."""
+        return set(self.endpoints) | set(self.routes.values())
+
+    def check_names(self, names: Names) -> None:
+        """Fail at start-up when two endpoints would share a queue or a state table."""
+        for kind, derive in (("queue", names.queue), ("state table", names.state_table)):
+            seen: dict[str, str] = {}
+            for name in sorted(self.endpoints):
+                try:
+                    resource = derive(name)
+                except NamingError as exc:
+                    raise ConfigurationError(str(exc)) from exc
+                if resource in seen:
+                    raise ConfigurationError(
+                        f"endpoints {seen[resource]!r} and {name!r} would share the {kind} "
+                        f"{resource!r}: rename one of them")
+                seen[resource] = name
+
+    def _command_routes(self, declared: Mapping[type[Message] | str, str]) -> dict[str, str]:
+        routes: dict[str, str] = {}
+        for endpoint in self.endpoints.values():
+            for contract in endpoint.commands():
+                owner = routes.setdefault(contract.message_type, endpoint.name)
+                if owner != endpoint.name and contract not in declared:
+                    raise ConfigurationError(
+                        f"command {contract.message_type} is handled by both {owner!r} and "
+                        f"{endpoint.name!r}; a command has one owner (route it explicitly)")
+        for key, destination in declared.items():
+            message_type = key if isinstance(key, str) else key.message_type
+            routes[message_type] = check_endpoint(destination)
+        return routes
+
+    def _subscriptions(self) -> dict[str, list[str]]:
+        subscriptions: dict[str, list[str]] = {}
+        for endpoint in self.endpoints.values():
+            for contract in endpoint.events():
+                subscriptions.setdefault(topic_of(contract), []).append(endpoint.name)  # type: ignore[arg-type]
+        return subscriptions
