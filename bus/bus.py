@@ -54,7 +54,8 @@ class Bus:
         self.payloads = Payloads(storage.blobs, self.names.payload_container)
         self.courier = Courier(queues=storage.queues, names=self.names, inbox=self.inbox,
                                payloads=self.payloads, clock=clock)
-        self._sender = Sender(courier=self.courier, new_id=new_id, sleep=sleep)
+        self._sender = Sender(courier=self.courier, new_id=new_id, sleep=sleep,
+                              attempts=self.settings.send_attempts)
         self._receivers: dict[str, Receiver] = {}
 
     # -- set-up -----------------------------------------------------------------------------

@@ -1,0 +1,74 @@
+"""Command line of the simulation. The last line printed is a JSON summary."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections import Counter
+
+from bus.protocol.safeguards import BREAKS, Safeguards
+from bus.testing.simulate.run import run_once
+
+_SHOWN_FAILURES = 5
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.getLogger("bus").setLevel(logging.CRITICAL)  # faults are the point; keep quiet
+    if args.list_breaks:
+        for name, (_, description) in BREAKS.items():
+            print(f"{name:20} {description}")
+        return 0
+    safeguards = BREAKS[args.break_name][0] if args.break_name else Safeguards()
+    totals: Counter[str] = Counter()
+    messages = violations = 0
+    failing: list[int] = []
+    started = time.monotonic()
+    for index in range(args.runs):
+        seed = args.seed + index
+        result = run_once(seed, safeguards)
+        messages += result.messages
+        totals.update(result.faults)
+        if result.violations:
+            violations += len(result.violations)
+            failing.append(seed)
+            if len(failing) <= _SHOWN_FAILURES:
+                _report(seed, args.break_name, result.violations)
+        if args.progress and (index + 1) % max(1, args.runs // 10) == 0:
+            print(f"... {index + 1}/{args.runs} runs, {violations} violations, "
+                  f"{time.monotonic() - started:.0f} s", file=sys.stderr)
+    print(json.dumps({
+        "runs": args.runs, "seed": args.seed, "break": args.break_name,
+        "messages": messages, "faults_injected": sum(totals.values()),
+        "faults_by_kind": dict(sorted(totals.items())), "violations": violations,
+        "failing_runs": len(failing), "failing_seeds": failing[:20],
+        "seconds": round(time.monotonic() - started, 1)}))
+    return 1 if violations and not args.break_name else 0
+
+
+def _report(seed: int, break_name: str | None, violations: list[str]) -> None:
+    again = f" --break {break_name}" if break_name else ""
+    print(f"run with seed {seed} broke {len(violations)} invariant(s); reproduce with: "
+          f"python -m bus.testing.simulate --runs 1 --seed {seed}{again}")
+    for violation in violations[:10]:
+        print(f"  - {violation}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bus.testing.simulate",
+        description="Run the exactly-once protocol against injected faults and check it.")
+    parser.add_argument("--runs", type=int, default=100, help="number of runs (default 100)")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the first run")
+    parser.add_argument("--break", dest="break_name", choices=sorted(BREAKS),
+                        help="disable one safeguard (the run must then find violations)")
+    parser.add_argument("--list-breaks", action="store_true", help="name the breaks and exit")
+    parser.add_argument("--progress", action="store_true", help="progress on stderr")
+    return parser
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""One simulation run: build the world from a seed, run the workload, check the invariants."""
+
+from __future__ import annotations
+
+import base64
+import random
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from bus import Bus, Envelope, Settings
+from bus.adapters.memory import InMemoryStorage
+from bus.hosting.worker import Worker
+from bus.protocol.inbox import TokenState
+from bus.protocol.outbox import SLOT_ROW
+from bus.protocol.poison import PoisonEntry
+from bus.protocol.safeguards import Safeguards
+from bus.storage import StorageError
+from bus.testing.simulate.workload import EXPECTED, LARGE, Knobs, Start, build
+from bus.testing.simulate.world import Actor, FaultProfile, World
+
+MAX_STEPS = 200_000
+SETTINGS = Settings(
+    max_delivery_count=50,  # poisoning after handler failures is tested elsewhere
+    lease_seconds=10.0, ghost_horizon_seconds=60.0, orphan_age_seconds=1e9,
+    send_attempts=10_000)  # the client never gives up (a send that raises is not exactly-once)
+
+
+@dataclass
+class RunResult:
+    seed: int
+    messages: int
+    faults: dict[str, int]
+    violations: list[str] = field(default_factory=list)
+    steps: int = 0
+
+
+def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
+    rng = random.Random(seed)
+    profile = FaultProfile.draw(rng)
+    world = World(rng.getrandbits(64), profile)
+    storage = InMemoryStorage(hooks=world)
+    knobs = Knobs(partitions=rng.randint(1, 3), handler_failure=profile.handler_failure)
+    bus = Bus(storage, build(knobs, world.rng.random, world.new_id), prefix="sim",
+              settings=SETTINGS, clock=world.now, new_id=world.new_id, sleep=world.sleep,
+              safeguards=safeguards)
+    bus.provision()
+    roots = rng.randint(2, 6)
+    garbage = _garbage(bus, world, rng.randint(0, 2))
+    # The client does not crash: a sender without an outbox that re-sends after a crash sends
+    # twice, by design (see bus.protocol.send). Its storage calls still fail in every way.
+    client = Actor("client", _client(bus, world, roots, garbage), crashable=False)
+    world.spawn(client)
+    for endpoint in bus.topology.endpoints:
+        for index in range(rng.randint(2, 3)):
+            world.spawn(Actor(f"{endpoint}#{index}", _worker(bus, world, endpoint)))
+
+    def quiescent() -> bool:
+        return client.finished and not any(
+            storage.queues.bodies(bus.names.queue(e)) for e in bus.topology.endpoints)
+
+    settled = world.run(quiescent, lambda: storage.queues.expire_lease(lambda ids: world.rng.randrange(len(ids))),
+                        storage.queues.next_visible_at, MAX_STEPS)
+    world.stop()
+    result = RunResult(seed, roots * len(EXPECTED) + len(garbage), dict(world.counters.faults),
+                       steps=world.steps)
+    if not settled:
+        result.violations.append(f"did not quiesce within {MAX_STEPS} steps")
+        return result
+    world.clock += SETTINGS.ghost_horizon_seconds + 1
+    bus.sweeper().sweep()
+    result.violations.extend(check(bus, storage, roots, [body for body, _ in garbage]))
+    return result
+
+
+# -- actors -------------------------------------------------------------------------------------
+def _client(bus: Bus, world: World, roots: int,
+            garbage: list[tuple[str, Envelope | None]]) -> Callable[[], None]:
+    def send_all() -> None:
+        for root in range(roots):
+            pad = "x" * LARGE if world.rng.random() < 0.3 else ""
+            bus.send(Start(root=root, pad=pad), message_id=f"root{root}")
+        for body, envelope in garbage:
+            if envelope is not None:  # a well-formed envelope of an unknown type, with a token
+                _until_ok(world, lambda e=envelope: bus.inbox.create(  # type: ignore[misc]
+                    e.destination, e.attempt_id, e.message_id, world.now()))
+            _until_ok(world, lambda b=body: bus.storage.queues.send(  # type: ignore[misc]
+                bus.names.queue("a"), b))
+
+    return send_all
+
+
+def _until_ok(world: World, call: Callable[[], None]) -> None:
+    while True:
+        try:
+            call()
+            return
+        except StorageError:
+            world.sleep(0.1)
+
+
+def _worker(bus: Bus, world: World, endpoint: str) -> Callable[[], None]:
+    def work() -> None:
+        worker = Worker(bus, endpoint, batch_size=world.rng.randint(1, 4), sleep=world.sleep,
+                        retry_delay=0.5, wait=lambda _: world.rng.uniform(0.01, 0.2))
+        while True:
+            try:
+                leased = worker.poll_once()
+            except StorageError:
+                leased = 0
+            if not leased:
+                world.sleep(0.5)
+
+    return work
+
+
+def _garbage(bus: Bus, world: World, count: int) -> list[tuple[str, Envelope | None]]:
+    unknown = Envelope(
+        message_id=world.new_id(), attempt_id=world.new_id(), kind="command",
+        message_type="NoSuchType", source="client", destination="a", correlation_id="x",
+        sent_at=datetime.fromtimestamp(world.now(), tz=timezone.utc), payload="{}")
+    candidates: list[tuple[str, Envelope | None]] = [
+        ("this is not base64!", None),
+        (base64.b64encode(b"{broken json").decode(), None),
+        (base64.b64encode(unknown.to_json().encode()).decode(), unknown),
+    ]
+    return [candidates[world.rng.randrange(len(candidates))] for _ in range(count)]
+
+
+# -- invariants ---------------------------------------------------------------------------------
+def check(bus: Bus, storage: InMemoryStorage, roots: int, garbage: list[str]) -> list[str]:
+    return [*_effects(bus, storage, roots), *_left_behind(bus, storage),
+            *_poison(bus, storage, garbage)]
+
+
+def _effects(bus: Bus, storage: InMemoryStorage, roots: int) -> list[str]:
+    """Every message's effect applied exactly once; counters agree (no lost updates)."""
+    violations: list[str] = []
+    applied: Counter[tuple[str, int, str]] = Counter()
+    for endpoint in bus.topology.endpoints:
+        per_partition: Counter[str] = Counter()
+        counters: dict[str, object] = {}
+        for row in storage.tables.rows(bus.names.state_table(endpoint)):
+            if row.row_key.startswith("fx."):
+                applied[(endpoint, int(row.properties["root"]),  # type: ignore[arg-type]
+                         str(row.properties["type"]))] += 1
+                per_partition[row.partition_key] += 1
+            elif row.row_key == "counter":
+                counters[row.partition_key] = row.properties["n"]
+        for partition, effects in per_partition.items():
+            if counters.get(partition) != effects:
+                violations.append(f"{endpoint}/{partition}: counter {counters.get(partition)} "
+                                  f"but {effects} effects (lost update)")
+    for root in range(roots):
+        for endpoint, message_type in EXPECTED:
+            n = applied.pop((endpoint, root, message_type), 0)
+            if n != 1:
+                what = "lost" if n == 0 else f"applied {n} times"
+                violations.append(f"root {root}: {message_type} at {endpoint} {what}")
+    violations.extend(f"unexpected effect {key}" for key in applied)
+    return violations
+
+
+def _left_behind(bus: Bus, storage: InMemoryStorage) -> list[str]:
+    violations = [f"left behind: {t.state.value} token {t.endpoint}/{t.attempt_id} "
+                  f"of {t.message_id}"
+                  for t in bus.inbox.all() if t.state is not TokenState.PARKED]
+    for endpoint in bus.topology.endpoints:
+        for row in storage.tables.rows(bus.names.state_table(endpoint)):
+            if row.row_key == SLOT_ROW and row.properties.get("chunks"):
+                violations.append(f"left behind: outbox record in {endpoint}/"
+                                  f"{row.partition_key}")
+    violations.extend(f"left behind: payload blob {ref.blob}" for ref in bus.payloads.refs())
+    return violations
+
+
+def _poison(bus: Bus, storage: InMemoryStorage, garbage: list[str]) -> list[str]:
+    """Exactly the bad signals are in the poison queue, each at least once; nothing else."""
+    violations: list[str] = []
+    poisoned: list[str] = []
+    for endpoint in bus.topology.endpoints:
+        for body in storage.queues.bodies(bus.names.poison_queue(endpoint)):
+            entry = PoisonEntry.decode(body)
+            if entry.original_body not in garbage:
+                violations.append(f"poisoned at {endpoint}: {entry.reason}")
+            poisoned.append(entry.original_body)
+    violations.extend(f"bad signal not in the poison queue: {body[:40]!r}"
+                      for body in garbage if body not in poisoned)
+    return violations

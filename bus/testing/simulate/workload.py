@@ -1,0 +1,89 @@
+"""The simulated application: five endpoints, commands, an event with two subscribers.
+
+    client --Start--> a --Step--> b ==Happened==> c
+                                               => d --Finish--> e
+
+Every handler records its effect as a row with a unique key (so applying an effect twice leaves
+two rows, even if the two commits raced) and bumps a per-partition counter with a
+read-modify-write (so a lost update shows as a counter that disagrees with the effect rows).
+Some Start and Step messages carry a payload too large for a queue message (claim check).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bus import Command, Context, Endpoint, Event
+from bus.messages import Message
+
+ENDPOINTS = ("a", "b", "c", "d", "e")
+EXPECTED = (("a", "Start"), ("b", "Step"), ("c", "Happened"), ("d", "Happened"),
+            ("e", "Finish"))
+LARGE = 50_000
+
+
+class Start(Command):
+    root: int
+    pad: str = ""
+
+
+class Step(Command):
+    root: int
+    pad: str = ""
+
+
+class Happened(Event):
+    root: int
+
+
+class Finish(Command):
+    root: int
+
+
+@dataclass(frozen=True)
+class Knobs:
+    partitions: int
+    handler_failure: float
+
+
+def build(knobs: Knobs, roll: Callable[[], float], new_id: Callable[[], str]) -> list[Endpoint]:
+    endpoints = {name: Endpoint(name) for name in ENDPOINTS}
+
+    def partition(message: Start | Step | Happened | Finish) -> str:
+        return f"p{message.root % knobs.partitions}"
+
+    def effect(ctx: Context, message: Message, root: int) -> None:
+        if roll() < knobs.handler_failure:
+            raise RuntimeError("injected handler failure")
+        ctx.state.put(f"fx.{root}.{message.message_type}.{new_id()}",
+                      {"root": root, "type": message.message_type})
+        counter = ctx.state.get("counter") or {"n": 0}
+        n = counter["n"]
+        assert isinstance(n, int)
+        ctx.state.put("counter", {"n": n + 1})
+
+    @endpoints["a"].handles(Start, partition=partition)
+    def on_start(message: Start, ctx: Context) -> None:
+        effect(ctx, message, message.root)
+        ctx.send(Step(root=message.root, pad=message.pad))
+
+    @endpoints["b"].handles(Step, partition=partition)
+    def on_step(message: Step, ctx: Context) -> None:
+        effect(ctx, message, message.root)
+        ctx.publish(Happened(root=message.root))
+
+    @endpoints["c"].handles(Happened, partition=partition)
+    def on_happened_c(message: Happened, ctx: Context) -> None:
+        effect(ctx, message, message.root)
+
+    @endpoints["d"].handles(Happened, partition=partition)
+    def on_happened_d(message: Happened, ctx: Context) -> None:
+        effect(ctx, message, message.root)
+        ctx.send(Finish(root=message.root))
+
+    @endpoints["e"].handles(Finish, partition=partition)
+    def on_finish(message: Finish, ctx: Context) -> None:
+        effect(ctx, message, message.root)
+
+    return list(endpoints.values())
