@@ -117,7 +117,7 @@ class Tables(Protocol):
 
     def delete(self, table: str, partition_key: str, row_key: str, *,
                etag: str | None = None) -> None:
-        """Raises NotFound, PreconditionFailed."""
+        """Delete the row; a missing row is not an error. Raises PreconditionFailed."""
 
     def transact(self, table: str, ops: Sequence[TableOp]) -> list[str]:
         """Apply up to 100 operations on one partition atomically: all or none.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextlib
 import itertools
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -224,7 +225,12 @@ class MemoryTables:
     def delete(self, table: str, partition_key: str, row_key: str, *,
                etag: str | None = None) -> None:
         op = TableOp("delete", Entity(partition_key, row_key), etag)
-        self._core.call("table", "delete", lambda: self._apply(self._get(table), op))
+
+        def remove() -> None:
+            with contextlib.suppress(NotFound):  # as Azure's SDK: deleting nothing succeeds
+                self._apply(self._get(table), op)
+
+        self._core.call("table", "delete", remove)
 
     def transact(self, table: str, ops: Sequence[TableOp]) -> list[str]:
         def run() -> list[str]:

@@ -1,0 +1,254 @@
+"""Queues, blobs and tables on Azure Storage (or Azurite)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from azure.core import MatchConditions
+from azure.core.credentials import TokenCredential
+from azure.core.exceptions import (
+    HttpResponseError,
+    ResourceExistsError,
+    ResourceModifiedError,
+    ResourceNotFoundError,
+    ServiceRequestError,
+    ServiceResponseError,
+)
+from azure.data.tables import TableServiceClient, UpdateMode
+from azure.storage.blob import BlobServiceClient
+from azure.storage.queue import QueueServiceClient
+
+from bus.storage.errors import Conflict, NotFound, PreconditionFailed, Throttled, TransientError
+from bus.storage.ports import Blob, Entity, EntityValue, QueueMessage, Storage, TableOp
+
+_NO_SDK_RETRIES: dict[str, Any] = {"retry_total": 0}
+_KEYS = ("PartitionKey", "RowKey")
+
+
+@contextmanager
+def _translated() -> Iterator[None]:
+    """Map SDK exceptions onto the port's errors."""
+    try:
+        yield
+    except ResourceModifiedError as exc:
+        raise PreconditionFailed(str(exc)) from exc
+    except ResourceNotFoundError as exc:
+        raise NotFound(str(exc)) from exc
+    except ResourceExistsError as exc:
+        raise Conflict(str(exc)) from exc
+    except (ServiceRequestError, ServiceResponseError) as exc:
+        raise TransientError(str(exc)) from exc
+    except HttpResponseError as exc:
+        raise _by_status(exc) from exc
+
+
+def _by_status(exc: HttpResponseError) -> Exception:
+    status = exc.status_code or 0
+    code = getattr(exc, "error_code", None)
+    code = str(getattr(code, "value", code) or "")
+    if status == 412:
+        return PreconditionFailed(str(exc))
+    if status == 409:
+        return Conflict(str(exc))
+    if status == 404 or "PopReceiptMismatch" in (code, str(exc)):
+        return NotFound(str(exc))
+    if status == 503 or (status == 500 and "busy" in f"{code} {exc}".lower()):
+        retry_after = exc.response.headers.get("Retry-After") if exc.response else None
+        return Throttled(str(exc), float(retry_after) if retry_after else None)
+    if status >= 500 or status == 408:
+        return TransientError(str(exc))
+    return exc
+
+
+class AzureQueues:
+    def __init__(self, service: QueueServiceClient) -> None:
+        self._service = service
+
+    def _client(self, queue: str) -> Any:
+        return self._service.get_queue_client(queue)
+
+    def create_queue(self, queue: str) -> None:
+        try:
+            with _translated():
+                self._client(queue).create_queue()
+        except Conflict:
+            pass
+
+    def send(self, queue: str, body: str, *, delay: float = 0.0) -> None:
+        with _translated():
+            self._client(queue).send_message(
+                body, visibility_timeout=math.ceil(delay) if delay > 0 else None,
+                time_to_live=-1)  # signals never expire: an expired signal is a lost message
+
+    def receive(self, queue: str, *, max_messages: int, lease: float) -> list[QueueMessage]:
+        with _translated():
+            pages = self._client(queue).receive_messages(
+                messages_per_page=max_messages, max_messages=max_messages,
+                visibility_timeout=max(1, math.ceil(lease)))
+            return [QueueMessage(m.id, m.pop_receipt, m.content, m.dequeue_count)
+                    for m in pages]
+
+    def delete(self, queue: str, message: QueueMessage) -> None:
+        with _translated():
+            self._client(queue).delete_message(message.id, message.pop_receipt)
+
+    def extend(self, queue: str, message: QueueMessage, *, lease: float) -> QueueMessage:
+        with _translated():
+            updated = self._client(queue).update_message(
+                message.id, message.pop_receipt, visibility_timeout=math.ceil(lease))
+        return QueueMessage(message.id, updated.pop_receipt, message.body,
+                            message.dequeue_count)
+
+    def depth(self, queue: str) -> int:
+        with _translated():
+            return int(self._client(queue).get_queue_properties().approximate_message_count)
+
+
+class AzureBlobs:
+    def __init__(self, service: BlobServiceClient) -> None:
+        self._service = service
+
+    def create_container(self, container: str) -> None:
+        try:
+            with _translated():
+                self._service.create_container(container)
+        except Conflict:
+            pass
+
+    def read(self, container: str, name: str) -> Blob:
+        with _translated():
+            downloader = self._service.get_blob_client(container, name).download_blob()
+            return Blob(downloader.readall(), str(downloader.properties.etag))
+
+    def write(self, container: str, name: str, data: bytes, *, etag: str | None = None,
+              create_only: bool = False) -> str:
+        conditions: dict[str, Any] = {}
+        if etag is not None:
+            conditions = {"etag": etag, "match_condition": MatchConditions.IfNotModified}
+        with _translated():
+            result = self._service.get_blob_client(container, name).upload_blob(
+                data, overwrite=not create_only, **conditions)
+        return str(result["etag"])
+
+    def delete(self, container: str, name: str) -> None:
+        with _translated():
+            self._service.get_blob_client(container, name).delete_blob()
+
+    def list(self, container: str, prefix: str = "") -> list[str]:
+        with _translated():
+            client = self._service.get_container_client(container)
+            return sorted(client.list_blob_names(name_starts_with=prefix or None))
+
+
+class AzureTables:
+    def __init__(self, service: TableServiceClient) -> None:
+        self._service = service
+
+    def _client(self, table: str) -> Any:
+        return self._service.get_table_client(table)
+
+    def create_table(self, table: str) -> None:
+        with _translated():
+            self._service.create_table_if_not_exists(table)
+
+    def get(self, table: str, partition_key: str, row_key: str) -> Entity:
+        with _translated():
+            return _entity(self._client(table).get_entity(partition_key, row_key))
+
+    def insert(self, table: str, entity: Entity) -> str:
+        with _translated():
+            return _etag(self._client(table).create_entity(_row(entity)))
+
+    def replace(self, table: str, entity: Entity, *, etag: str | None = None) -> str:
+        with _translated():
+            client = self._client(table)
+            if etag is None:
+                return _etag(client.upsert_entity(_row(entity), mode=UpdateMode.REPLACE))
+            return _etag(client.update_entity(
+                _row(entity), mode=UpdateMode.REPLACE, etag=etag,
+                match_condition=MatchConditions.IfNotModified))
+
+    def delete(self, table: str, partition_key: str, row_key: str, *,
+               etag: str | None = None) -> None:
+        conditions: dict[str, Any] = {}
+        if etag is not None:
+            conditions = {"etag": etag, "match_condition": MatchConditions.IfNotModified}
+        with _translated():
+            self._client(table).delete_entity(partition_key, row_key, **conditions)
+
+    def transact(self, table: str, ops: Sequence[TableOp]) -> list[str]:
+        with _translated():
+            results = self._client(table).submit_transaction([_operation(op) for op in ops])
+        return [_etag(result) if op.kind != "delete" else ""
+                for op, result in zip(ops, results, strict=True)]
+
+    def query(self, table: str, partition_key: str | None = None) -> list[Entity]:
+        with _translated():
+            client = self._client(table)
+            if partition_key is None:
+                rows = client.list_entities()
+            else:
+                rows = client.query_entities("PartitionKey eq @pk",
+                                             parameters={"pk": partition_key})
+            return [_entity(row) for row in rows]
+
+
+def _operation(op: TableOp) -> tuple[Any, ...]:
+    row = _row(op.entity)
+    conditions: dict[str, Any] = {}
+    if op.etag is not None:
+        conditions = {"etag": op.etag, "match_condition": MatchConditions.IfNotModified}
+    if op.kind == "insert":
+        return ("create", row)
+    if op.kind == "delete":
+        return ("delete", row, conditions)
+    if op.etag is None:
+        return ("upsert", row, {"mode": UpdateMode.REPLACE})
+    return ("update", row, {"mode": UpdateMode.REPLACE, **conditions})
+
+
+def _row(entity: Entity) -> dict[str, Any]:
+    return {"PartitionKey": entity.partition_key, "RowKey": entity.row_key,
+            **entity.properties}
+
+
+def _entity(row: Any) -> Entity:
+    properties: dict[str, EntityValue] = {k: v for k, v in row.items() if k not in _KEYS}
+    return Entity(row["PartitionKey"], row["RowKey"], properties, str(row.metadata["etag"]))
+
+
+def _etag(result: Any) -> str:
+    return str(result.get("etag", ""))
+
+
+class AzureStorage(Storage):
+    """The three ports over one storage account."""
+
+    @classmethod
+    def from_connection_string(cls, connection_string: str) -> AzureStorage:
+        return cls(
+            AzureQueues(QueueServiceClient.from_connection_string(
+                connection_string, **_NO_SDK_RETRIES)),
+            AzureBlobs(BlobServiceClient.from_connection_string(
+                connection_string, **_NO_SDK_RETRIES)),
+            AzureTables(TableServiceClient.from_connection_string(
+                connection_string, **_NO_SDK_RETRIES)))
+
+    @classmethod
+    def from_account(cls, account: str, credential: TokenCredential | None = None,
+                     suffix: str = "core.windows.net") -> AzureStorage:
+        """Connect with Entra ID (DefaultAzureCredential unless given another credential)."""
+        if credential is None:
+            from azure.identity import DefaultAzureCredential
+
+            credential = DefaultAzureCredential()
+        return cls(
+            AzureQueues(QueueServiceClient(f"https://{account}.queue.{suffix}", credential,
+                                           **_NO_SDK_RETRIES)),
+            AzureBlobs(BlobServiceClient(f"https://{account}.blob.{suffix}", credential,
+                                         **_NO_SDK_RETRIES)),
+            AzureTables(TableServiceClient(f"https://{account}.table.{suffix}",
+                                           credential=credential, **_NO_SDK_RETRIES)))

@@ -1,0 +1,133 @@
+"""The storage contract: what every backend must do for the protocol to be correct.
+
+Subclass :class:`StorageContract` and provide a ``storage`` fixture and a ``name`` fixture
+(a fresh, valid resource name per test); pytest runs every check against your backend::
+
+    class TestMine(StorageContract):
+        @pytest.fixture
+        def storage(self): return MyStorage()
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bus.storage import (
+    Conflict,
+    Entity,
+    NotFound,
+    PreconditionFailed,
+    Storage,
+    TableOp,
+)
+
+
+class StorageContract:
+    # -- queues -------------------------------------------------------------------------------
+    def test_queue_send_receive_delete(self, storage: Storage, name: str) -> None:
+        storage.queues.create_queue(name)
+        storage.queues.send(name, "aGVsbG8=")
+        [message] = storage.queues.receive(name, max_messages=5, lease=30)
+        assert (message.body, message.dequeue_count) == ("aGVsbG8=", 1)
+        assert storage.queues.receive(name, max_messages=5, lease=30) == []
+        storage.queues.delete(name, message)
+        assert storage.queues.depth(name) == 0
+
+    def test_queue_release_redelivers_with_higher_dequeue_count(self, storage: Storage,
+                                                               name: str) -> None:
+        storage.queues.create_queue(name)
+        storage.queues.send(name, "Ym9keQ==")
+        [first] = storage.queues.receive(name, max_messages=1, lease=30)
+        storage.queues.extend(name, first, lease=0)
+        [again] = storage.queues.receive(name, max_messages=1, lease=30)
+        assert again.dequeue_count == 2
+
+    def test_queue_stale_pop_receipt_is_not_found(self, storage: Storage, name: str) -> None:
+        storage.queues.create_queue(name)
+        storage.queues.send(name, "eA==")
+        [message] = storage.queues.receive(name, max_messages=1, lease=30)
+        renewed = storage.queues.extend(name, message, lease=30)
+        assert renewed.pop_receipt != message.pop_receipt
+        with pytest.raises(NotFound):
+            storage.queues.delete(name, message)
+        storage.queues.delete(name, renewed)
+
+    def test_queue_send_with_delay_is_invisible(self, storage: Storage, name: str) -> None:
+        storage.queues.create_queue(name)
+        storage.queues.send(name, "eA==", delay=60)
+        assert storage.queues.receive(name, max_messages=1, lease=30) == []
+        assert storage.queues.depth(name) == 1
+
+    # -- blobs --------------------------------------------------------------------------------
+    def test_blob_create_only_conflicts(self, storage: Storage, name: str) -> None:
+        storage.blobs.create_container(name)
+        etag = storage.blobs.write(name, "a/b", b"one", create_only=True)
+        with pytest.raises(Conflict):
+            storage.blobs.write(name, "a/b", b"two", create_only=True)
+        assert storage.blobs.read(name, "a/b") == type(storage.blobs.read(name, "a/b"))(
+            b"one", etag)
+
+    def test_blob_compare_and_swap(self, storage: Storage, name: str) -> None:
+        storage.blobs.create_container(name)
+        first = storage.blobs.write(name, "t.json", b"1")
+        second = storage.blobs.write(name, "t.json", b"2", etag=first)
+        with pytest.raises(PreconditionFailed):
+            storage.blobs.write(name, "t.json", b"3", etag=first)
+        assert storage.blobs.read(name, "t.json").etag == second
+
+    def test_blob_delete_and_list(self, storage: Storage, name: str) -> None:
+        storage.blobs.create_container(name)
+        storage.blobs.write(name, "x/1", b"")
+        storage.blobs.write(name, "y/2", b"")
+        assert storage.blobs.list(name, "x/") == ["x/1"]
+        storage.blobs.delete(name, "x/1")
+        with pytest.raises(NotFound):
+            storage.blobs.read(name, "x/1")
+        with pytest.raises(NotFound):
+            storage.blobs.delete(name, "x/1")
+
+    # -- tables -------------------------------------------------------------------------------
+    def test_table_insert_conflicts(self, storage: Storage, table: str) -> None:
+        storage.tables.create_table(table)
+        storage.tables.insert(table, Entity("p", "r", {"n": 1}))
+        with pytest.raises(Conflict):
+            storage.tables.insert(table, Entity("p", "r", {"n": 2}))
+        assert storage.tables.get(table, "p", "r").properties["n"] == 1
+
+    def test_table_replace_with_stale_etag_fails(self, storage: Storage, table: str) -> None:
+        storage.tables.create_table(table)
+        etag = storage.tables.insert(table, Entity("p", "r", {"n": 1}))
+        storage.tables.replace(table, Entity("p", "r", {"n": 2}), etag=etag)
+        with pytest.raises(PreconditionFailed):
+            storage.tables.replace(table, Entity("p", "r", {"n": 3}), etag=etag)
+        with pytest.raises(PreconditionFailed):
+            storage.tables.delete(table, "p", "r", etag=etag)
+        storage.tables.delete(table, "p", "r")
+        storage.tables.delete(table, "p", "r")  # deleting nothing is not an error
+        with pytest.raises(NotFound):
+            storage.tables.get(table, "p", "r")
+
+    def test_table_transaction_is_all_or_nothing(self, storage: Storage, table: str) -> None:
+        storage.tables.create_table(table)
+        etag = storage.tables.insert(table, Entity("p", "slot", {"v": 1}))
+        storage.tables.replace(table, Entity("p", "slot", {"v": 2}))  # etag is now stale
+        with pytest.raises(PreconditionFailed):
+            storage.tables.transact(table, [
+                TableOp("replace", Entity("p", "state", {"n": 1})),
+                TableOp("replace", Entity("p", "slot", {"v": 3}), etag)])
+        with pytest.raises(NotFound):
+            storage.tables.get(table, "p", "state")
+        fresh = storage.tables.get(table, "p", "slot").etag
+        etags = storage.tables.transact(table, [
+            TableOp("insert", Entity("p", "state", {"n": 1})),
+            TableOp("replace", Entity("p", "slot", {"v": 3}), fresh)])
+        assert etags[1] == storage.tables.get(table, "p", "slot").etag
+        with pytest.raises(Conflict):
+            storage.tables.transact(table, [TableOp("insert", Entity("p", "state", {}))])
+
+    def test_table_query_partition(self, storage: Storage, table: str) -> None:
+        storage.tables.create_table(table)
+        for pk, rk in (("a", "1"), ("a", "2"), ("b", "1")):
+            storage.tables.insert(table, Entity(pk, rk, {"s": f"{pk}{rk}"}))
+        assert sorted(e.row_key for e in storage.tables.query(table, "a")) == ["1", "2"]
+        assert len(storage.tables.query(table)) == 3
