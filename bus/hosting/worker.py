@@ -40,7 +40,7 @@ class Worker:
         self.retry_delay = retry_delay
         self._tries = in_process_tries
         self._sleep = sleep
-        self._wait = wait or wait_exponential_jitter(initial=0.05, max=2.0)
+        self._wait = wait or wait_exponential_jitter(multiplier=0.05, max=2.0)
         self.outcomes: dict[str, int] = {}
 
     def poll_once(self) -> int:

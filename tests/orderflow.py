@@ -1,0 +1,66 @@
+"""A small order flow used by the scenario tests: a command, an event with two subscribers."""
+
+from __future__ import annotations
+
+from bus import Bus, Command, Context, Endpoint, Event
+from bus.hosting.worker import Worker
+from bus.storage import Storage
+
+
+class PlaceOrder(Command):
+    order_id: str
+    amount: int
+    note: str = ""
+
+
+class OrderPlaced(Event):
+    order_id: str
+    amount: int
+
+
+class Flaky(Command):
+    order_id: str
+
+
+def build(storage: Storage, prefix: str, **kwargs: object) -> Bus:
+    orders, billing, shipping = Endpoint("orders"), Endpoint("billing"), Endpoint("shipping")
+
+    @orders.handles(PlaceOrder, partition=lambda m: m.order_id)
+    def place(message: PlaceOrder, ctx: Context) -> None:
+        ctx.state.put("order", {"amount": message.amount, "note_size": len(message.note)})
+        ctx.publish(OrderPlaced(order_id=message.order_id, amount=message.amount))
+
+    @orders.handles(Flaky, partition=lambda m: m.order_id)
+    def flaky(message: Flaky, ctx: Context) -> None:
+        raise RuntimeError(f"card declined for {message.order_id}")
+
+    def count(message: OrderPlaced, ctx: Context) -> None:
+        row = ctx.state.get("seen") or {"times": 0}
+        times = row["times"]
+        assert isinstance(times, int)
+        ctx.state.put("seen", {"times": times + 1, "amount": message.amount})
+
+    billing.handles(OrderPlaced, partition=lambda m: m.order_id)(count)
+    shipping.handles(OrderPlaced, partition=lambda m: m.order_id)(count)
+    bus = Bus(storage, [orders, billing, shipping], prefix=prefix, **kwargs)  # type: ignore[arg-type]
+    bus.provision()
+    return bus
+
+
+def drain(bus: Bus, rounds: int = 20) -> dict[str, dict[str, int]]:
+    """Poll every endpoint until a whole round finds nothing; return outcomes per endpoint."""
+    workers = {name: Worker(bus, name, retry_delay=0) for name in bus.topology.endpoints}
+    for _ in range(rounds):
+        if not sum(w.poll_once() for w in workers.values()):
+            break
+    return {name: w.outcomes for name, w in workers.items()}
+
+
+def state(bus: Bus, endpoint: str, partition: str, key: str) -> dict[str, object] | None:
+    from bus.storage import NotFound
+
+    try:
+        entity = bus.storage.tables.get(bus.names.state_table(endpoint), partition, key)
+    except NotFound:
+        return None
+    return dict(entity.properties)
