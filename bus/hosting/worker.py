@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 
 from tenacity import (
+    RetryCallState,
     Retrying,
     retry_if_exception_type,
     stop_after_attempt,
@@ -32,7 +33,7 @@ class Worker:
     def __init__(self, bus: Bus, endpoint: str, *, batch_size: int = 16,
                  retry_delay: float = 1.0, in_process_tries: int = 3,
                  sleep: Callable[[float], None] = time.sleep,
-                 wait: wait_base | None = None) -> None:
+                 wait: wait_base | Callable[[RetryCallState], float] | None = None) -> None:
         self.bus = bus
         self.receiver = bus.receiver(endpoint)
         self.queue = bus.names.queue(endpoint)

@@ -56,7 +56,8 @@ def _by_status(exc: HttpResponseError) -> Exception:
     if status == 404 or "PopReceiptMismatch" in (code, str(exc)):
         return NotFound(str(exc))
     if status == 503 or (status == 500 and "busy" in f"{code} {exc}".lower()):
-        retry_after = exc.response.headers.get("Retry-After") if exc.response else None
+        headers = getattr(exc.response, "headers", None) or {}
+        retry_after = headers.get("Retry-After")
         return Throttled(str(exc), float(retry_after) if retry_after else None)
     if status >= 500 or status == 408:
         return TransientError(str(exc))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import contextlib
 import itertools
 import threading
 from collections.abc import Callable, Iterator, Sequence

@@ -60,7 +60,10 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
         return client.finished and not any(
             storage.queues.bodies(bus.names.queue(e)) for e in bus.topology.endpoints)
 
-    settled = world.run(quiescent, lambda: storage.queues.expire_lease(lambda ids: world.rng.randrange(len(ids))),
+    def expire_lease() -> bool:
+        return storage.queues.expire_lease(lambda ids: world.rng.randrange(len(ids)))
+
+    settled = world.run(quiescent, expire_lease,
                         storage.queues.next_visible_at, MAX_STEPS)
     world.stop()
     result = RunResult(seed, roots * len(EXPECTED) + len(garbage), dict(world.counters.faults),

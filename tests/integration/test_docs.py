@@ -1,0 +1,27 @@
+"""The examples in docs/ run."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from bus.adapters.azure import AzureStorage
+from tests.orderflow import build, drain, state
+
+pytestmark = pytest.mark.azurite
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def python_blocks(name: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", (DOCS / name).read_text(), re.S)
+
+
+def test_plain_sdk_sender_in_envelope_md_is_processed(azurite_connection: str,
+                                                      prefix: str) -> None:
+    bus = build(AzureStorage.from_connection_string(azurite_connection), prefix)
+    [program] = python_blocks("envelope.md")
+    exec(program, {"CONNECTION": azurite_connection, "PREFIX": prefix})
+    assert drain(bus)["orders"] == {"processed": 1}
+    assert state(bus, "orders", "plain-1", "order") == {"amount": 5, "note_size": 0}
