@@ -1,7 +1,7 @@
 """The storage contract: what every backend must do for the protocol to be correct.
 
-Subclass :class:`StorageContract` and provide a ``storage`` fixture and a ``name`` fixture
-(a fresh, valid resource name per test); pytest runs every check against your backend::
+Subclass :class:`StorageContract` and provide a ``storage`` fixture; pytest runs every check
+against your backend, each on fresh queue, container and table names::
 
     class TestMine(StorageContract):
         @pytest.fixture
@@ -9,6 +9,8 @@ Subclass :class:`StorageContract` and provide a ``storage`` fixture and a ``name
 """
 
 from __future__ import annotations
+
+import uuid
 
 import pytest
 
@@ -23,6 +25,14 @@ from bus.storage import (
 
 
 class StorageContract:
+    @pytest.fixture
+    def name(self) -> str:
+        return "c" + uuid.uuid4().hex[:12]
+
+    @pytest.fixture
+    def table(self) -> str:
+        return "t" + uuid.uuid4().hex[:12]
+
     # -- queues -------------------------------------------------------------------------------
     def test_queue_send_receive_delete(self, storage: Storage, name: str) -> None:
         storage.queues.create_queue(name)

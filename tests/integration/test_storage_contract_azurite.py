@@ -1,5 +1,3 @@
-import uuid
-
 import pytest
 
 from bus.adapters.azure import AzureStorage
@@ -13,10 +11,3 @@ class TestAzuriteStorage(StorageContract):
     def storage(self, azure_storage: AzureStorage) -> AzureStorage:
         return azure_storage
 
-    @pytest.fixture
-    def name(self) -> str:
-        return "c" + uuid.uuid4().hex[:12]
-
-    @pytest.fixture
-    def table(self) -> str:
-        return "t" + uuid.uuid4().hex[:12]

@@ -1,5 +1,3 @@
-import uuid
-
 import pytest
 
 from bus.testing import InMemoryStorage
@@ -11,10 +9,3 @@ class TestInMemoryStorage(StorageContract):
     def storage(self) -> InMemoryStorage:
         return InMemoryStorage()
 
-    @pytest.fixture
-    def name(self) -> str:
-        return "c" + uuid.uuid4().hex[:12]
-
-    @pytest.fixture
-    def table(self) -> str:
-        return "t" + uuid.uuid4().hex[:12]
