@@ -58,8 +58,7 @@ class Inbox:
         return _token(row)
 
     def consume(self, endpoint: str, attempt_id: str) -> None:
-        with contextlib.suppress(NotFound):
-            self._tables.delete(self._table, endpoint, attempt_id)
+        self._tables.delete(self._table, endpoint, attempt_id)  # gone already is fine
 
     def fence(self, endpoint: str, attempt_id: str, message_id: str, now: float) -> None:
         """Turn a superseded attempt into a tombstone (whether or not its token exists)."""
@@ -81,7 +80,7 @@ class Inbox:
         return [_token(row) for row in self._tables.query(self._table)]
 
     def delete_if_unchanged(self, token: Token) -> None:
-        with contextlib.suppress(NotFound, PreconditionFailed):
+        with contextlib.suppress(PreconditionFailed):
             self._tables.delete(self._table, token.endpoint, token.attempt_id, etag=token.etag)
 
 
