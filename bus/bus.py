@@ -12,6 +12,7 @@ from bus.messages import Command, Event, Message
 from bus.naming import Names
 from bus.protocol.courier import Courier
 from bus.protocol.dispatch import Dispatcher
+from bus.protocol.driver import OutboxDriver
 from bus.protocol.inbox import Inbox
 from bus.protocol.outbox import Outbox
 from bus.protocol.payloads import Payloads
@@ -103,11 +104,20 @@ class Bus:
             self._receivers[endpoint] = self._build_receiver(self.topology.endpoint(endpoint))
         return self._receivers[endpoint]
 
+    def outbox_driver(self, endpoint: str) -> OutboxDriver:
+        """Step-by-step dispatch of ``endpoint``'s committed records (Durable activities,
+        maintenance)."""
+        outbox, dispatcher = self._outbox(self.topology.endpoint(endpoint).name)
+        return OutboxDriver(outbox=outbox, dispatcher=dispatcher, clock=self.clock)
+
+    def _outbox(self, endpoint: str) -> tuple[Outbox, Dispatcher]:
+        outbox = Outbox(self.storage.tables, self.names.state_table(endpoint))
+        return outbox, Dispatcher(courier=self.courier, outbox=outbox, new_id=self.new_id,
+                                  safeguards=self.safeguards)
+
     def _build_receiver(self, endpoint: Endpoint) -> Receiver:
         table = self.names.state_table(endpoint.name)
-        outbox = Outbox(self.storage.tables, table)
-        dispatcher = Dispatcher(courier=self.courier, outbox=outbox, new_id=self.new_id,
-                                safeguards=self.safeguards)
+        outbox, dispatcher = self._outbox(endpoint.name)
         return Receiver(
             endpoint=endpoint, inbox=self.inbox, outbox=outbox, payloads=self.payloads,
             dispatcher=dispatcher, poison=self.poison_queue(endpoint.name),

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from bus.adapters.azure import AzureStorage
-from tests.azurite import azurite
+from devhost.azurite import azurite
 
 
 @pytest.fixture(scope="session")

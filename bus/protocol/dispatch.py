@@ -14,6 +14,8 @@ Any step may be interrupted; whoever loads the slot next resumes from the persis
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from bus.ids import IdFactory
 from bus.protocol.courier import Courier
 from bus.protocol.outbox import Outbox, Slot
@@ -35,12 +37,31 @@ class Dispatcher:
 
         Raises ClaimLost when another worker moved the slot on; that worker finishes the job.
         """
+        slot = self.prepare(slot, committed_by_me=committed_by_me)
+        assert slot.record is not None
+        self.signal(slot.record)
+        self.finish(slot)
+
+    def prepare(self, slot: Slot, *, committed_by_me: bool) -> Slot:
+        """Steps 1-3: make sure every outgoing copy has its token; returns the slot in phase
+        SENDING (or unchanged when there is nothing to send)."""
         record = slot.record
         assert record is not None
         if record.phase is Phase.COMMITTED and record.outgoing:
             slot, record = self._place_tokens(slot, record, committed_by_me)
-        for envelope in record.outgoing:
-            self._courier.signal(envelope)
+        return slot
+
+    def signal(self, record: OutboxRecord, indexes: Iterable[int] | None = None) -> None:
+        """Step 4 for the chosen copies (all by default). Only for a record in phase SENDING."""
+        assert record.phase is Phase.SENDING or not record.outgoing
+        chosen = range(len(record.outgoing)) if indexes is None else indexes
+        for index in chosen:
+            self._courier.signal(record.outgoing[index])
+
+    def finish(self, slot: Slot) -> None:
+        """Steps 5-7, once every signal was sent at least once."""
+        record = slot.record
+        assert record is not None and (record.phase is Phase.SENDING or not record.outgoing)
         for attempt in record.superseded:
             self._courier.fence(attempt.destination, attempt.attempt_id, record.message_id)
         self._courier.inbox.consume(record.endpoint, record.attempt_id)

@@ -49,6 +49,12 @@ class Outbox:
             return Slot(partition, None, None)
         return Slot(partition, _decode(row), row.etag)
 
+    def pending(self) -> list[Slot]:
+        """Every slot of the table that holds a record (a table scan: maintenance only)."""
+        rows = self._tables.query(self._table, row_key=SLOT_ROW)
+        slots = [Slot(row.partition_key, _decode(row), row.etag) for row in rows]
+        return [slot for slot in slots if slot.record is not None]
+
     def commit(self, slot: Slot, state_ops: Sequence[TableOp], record: OutboxRecord,
                *, cas: bool = True) -> Slot:
         """Write the state changes and the record atomically, if the slot is unchanged."""

@@ -51,6 +51,7 @@ class Outcome(str, enum.Enum):
     DUPLICATE = "duplicate"
     POISONED = "poisoned"
     PARKED = "parked"
+    REQUEUED = "requeued"  # hosting only: put back on the queue as a fresh copy
 
 
 class HandlerFailed(Exception):
@@ -67,6 +68,26 @@ class _Decoded:
     route: Route
     message: Message
     partition: str
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """A committed outbox record left for someone else to dispatch (a Durable orchestration).
+
+    Identifies the record by its slot and incoming message: whoever drives it later checks
+    that the slot still holds this message before doing anything.
+    """
+
+    endpoint: str
+    partition: str
+    message_id: str
+    copies: int
+
+
+@dataclass(frozen=True)
+class Delivery:
+    outcome: Outcome
+    handoff: Handoff | None = None
 
 
 def _no_ack() -> None:
@@ -109,24 +130,31 @@ class Receiver:
             envelope = decode_signal(body)
         except BadSignal as exc:
             return self._poison_bad(body, None, str(exc), dequeue_count, ack)
-        return self._handle(envelope, body, dequeue_count, ack)
+        return self._handle(envelope, body, dequeue_count, ack).outcome
 
     def handle_decoded(self, raw: bytes, dequeue_count: int,
                        ack: Callable[[], None] = _no_ack) -> Outcome:
         """Like ``handle`` for a body the host already base64-decoded (Functions trigger)."""
+        return self.deliver(raw, dequeue_count, ack).outcome
+
+    def deliver(self, raw: bytes, dequeue_count: int, ack: Callable[[], None] = _no_ack, *,
+                inline_max: int | None = None) -> Delivery:
+        """Like ``handle_decoded``; a record with more than ``inline_max`` outgoing copies is
+        committed but not dispatched: the returned ``handoff`` says which, for an
+        orchestration to finish (see ``bus.hosting.functions``)."""
         body = base64.b64encode(raw).decode("ascii")
         try:
             envelope = parse_envelope(raw)
         except BadSignal as exc:
-            return self._poison_bad(body, None, str(exc), dequeue_count, ack)
-        return self._handle(envelope, body, dequeue_count, ack)
+            return Delivery(self._poison_bad(body, None, str(exc), dequeue_count, ack))
+        return self._handle(envelope, body, dequeue_count, ack, inline_max)
 
     # -- steps 1-2 ------------------------------------------------------------------------
     def _handle(self, envelope: Envelope, body: str, dequeue_count: int,
-                ack: Callable[[], None]) -> Outcome:
+                ack: Callable[[], None], inline_max: int | None = None) -> Delivery:
         problem, route = self._route(envelope)
         if route is None:
-            return self._poison_bad(body, envelope, problem, dequeue_count, ack)
+            return Delivery(self._poison_bad(body, envelope, problem, dequeue_count, ack))
         if not self._safeguards.ack_after_commit:
             ack()  # the "ack-before-commit" break: a crash from here on loses the message
         payload = self._payload(envelope)
@@ -134,16 +162,16 @@ class Receiver:
             token = self._inbox.read(self.endpoint, envelope.attempt_id)
             if token is not None and token.state is TokenState.LIVE:
                 assert envelope.payload_ref is not None
-                return self._poison_bad(
+                return Delivery(self._poison_bad(
                     body, envelope, f"payload blob {envelope.payload_ref.blob} is missing",
-                    dequeue_count, ack)
+                    dequeue_count, ack))
             ack()
-            return Outcome.DUPLICATE
+            return Delivery(Outcome.DUPLICATE)
         try:
             decoded = self._decode(envelope, route, payload)
         except BadSignal as exc:
-            return self._poison_bad(body, envelope, str(exc), dequeue_count, ack)
-        return self._claim(decoded, body, dequeue_count, ack)
+            return Delivery(self._poison_bad(body, envelope, str(exc), dequeue_count, ack))
+        return self._claim(decoded, body, dequeue_count, ack, inline_max)
 
     def _route(self, envelope: Envelope) -> tuple[str, Route | None]:
         if envelope.destination != self.endpoint:
@@ -179,7 +207,7 @@ class Receiver:
 
     # -- steps 3-7 ------------------------------------------------------------------------
     def _claim(self, d: _Decoded, body: str, dequeue_count: int,
-               ack: Callable[[], None]) -> Outcome:
+               ack: Callable[[], None], inline_max: int | None) -> Delivery:
         for _ in range(_MAX_CLAIM_ROUNDS):
             slot = self._outbox.load(d.partition)
             try:
@@ -189,16 +217,25 @@ class Receiver:
                 outcome = self._check_token(d, slot)
                 if outcome is not None:
                     ack()
-                    return outcome
+                    return Delivery(outcome)
                 committed = self._run_and_commit(d, slot, body, dequeue_count, ack)
                 if committed is None:
-                    return Outcome.POISONED
-                self._dispatcher.complete(committed, committed_by_me=True)
+                    return Delivery(Outcome.POISONED)
+                handoff = self._handoff(d, committed, inline_max)
+                if handoff is None:
+                    self._dispatcher.complete(committed, committed_by_me=True)
             except ClaimLost:
                 continue
             ack()
-            return Outcome.PROCESSED
+            return Delivery(Outcome.PROCESSED, handoff)
         raise Contention(f"partition {d.partition!r} of {self.endpoint!r} kept changing")
+
+    def _handoff(self, d: _Decoded, slot: Slot, inline_max: int | None) -> Handoff | None:
+        assert slot.record is not None
+        copies = len(slot.record.outgoing)
+        if inline_max is None or copies <= inline_max:
+            return None
+        return Handoff(self.endpoint, d.partition, d.envelope.message_id, copies)
 
     def _check_token(self, d: _Decoded, slot: Slot) -> Outcome | None:
         """None when the copy may be processed; otherwise why not."""
@@ -235,7 +272,8 @@ class Receiver:
             operations = state.operations()
             record = OutboxRecord(endpoint=self.endpoint, message_id=d.envelope.message_id,
                                   attempt_id=d.envelope.attempt_id,
-                                  payload_ref=d.envelope.payload_ref, outgoing=ctx.outgoing)
+                                  payload_ref=d.envelope.payload_ref, outgoing=ctx.outgoing,
+                                  committed_at=self._clock())
             return self._outbox.commit(slot, operations, record,
                                        cas=self._safeguards.claim_cas)
         except (StorageError, ClaimLost):

@@ -39,6 +39,9 @@ class OutboxRecord(BaseModel):
     phase: Phase = Phase.COMMITTED
     outgoing: tuple[Envelope, ...] = ()
     superseded: tuple[Attempt, ...] = ()
+    committed_at: float = 0.0
+    """When the handler's commit happened (epoch seconds): maintenance finishes records that
+    stay in a slot much longer than a dispatch takes."""
 
     def is_for(self, envelope: Envelope) -> bool:
         return (self.message_id, self.attempt_id) == (envelope.message_id, envelope.attempt_id)

@@ -126,8 +126,10 @@ class Tables(Protocol):
         operation that fails (Conflict, PreconditionFailed or NotFound); then nothing was written.
         """
 
-    def query(self, table: str, partition_key: str | None = None) -> list[Entity]:
-        """All rows of one partition (or of the table). For tooling and checks, not hot paths."""
+    def query(self, table: str, partition_key: str | None = None,
+              row_key: str | None = None) -> list[Entity]:
+        """The rows matching the given keys (all of the table when none is given).
+        For tooling and maintenance, not hot paths."""
 
 
 @dataclass(frozen=True)

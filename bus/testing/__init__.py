@@ -2,9 +2,12 @@
 
 * :class:`InMemoryStorage` - queues, blobs and tables in memory, for users' unit tests;
 * ``bus.testing.contract`` - the storage contract suite every backend passes;
-* ``python -m bus.testing.simulate`` - the deterministic fault-injecting simulation.
+* ``python -m bus.testing.simulate`` - the deterministic fault-injecting simulation;
+* :class:`DuplicatingQueues` - duplicate signals on any backend (demos, end-to-end tests).
 """
 
 from bus.adapters.memory import Fault, FaultHooks, InMemoryStorage, NoFaults
+from bus.testing.transport import DuplicatingQueues, with_duplicates
 
-__all__ = ["Fault", "FaultHooks", "InMemoryStorage", "NoFaults"]
+__all__ = ["DuplicatingQueues", "Fault", "FaultHooks", "InMemoryStorage", "NoFaults",
+           "with_duplicates"]

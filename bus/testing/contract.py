@@ -141,3 +141,6 @@ class StorageContract:
             storage.tables.insert(table, Entity(pk, rk, {"s": f"{pk}{rk}"}))
         assert sorted(e.row_key for e in storage.tables.query(table, "a")) == ["1", "2"]
         assert len(storage.tables.query(table)) == 3
+        assert sorted(e.partition_key for e in storage.tables.query(table, row_key="1")) == [
+            "a", "b"]
+        assert [e.properties["s"] for e in storage.tables.query(table, "b", "1")] == ["b1"]

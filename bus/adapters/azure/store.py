@@ -186,14 +186,18 @@ class AzureTables:
         return [_etag(result) if op.kind != "delete" else ""
                 for op, result in zip(ops, results, strict=True)]
 
-    def query(self, table: str, partition_key: str | None = None) -> list[Entity]:
+    def query(self, table: str, partition_key: str | None = None,
+              row_key: str | None = None) -> list[Entity]:
+        keys = {"PartitionKey": partition_key, "RowKey": row_key}
+        terms = [f"{name} eq @{name}" for name, value in keys.items() if value is not None]
         with _translated():
             client = self._client(table)
-            if partition_key is None:
+            if not terms:
                 rows = client.list_entities()
             else:
-                rows = client.query_entities("PartitionKey eq @pk",
-                                             parameters={"pk": partition_key})
+                rows = client.query_entities(
+                    " and ".join(terms),
+                    parameters={k: v for k, v in keys.items() if v is not None})
             return [_entity(row) for row in rows]
 
 

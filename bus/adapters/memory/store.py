@@ -243,11 +243,12 @@ class MemoryTables:
 
         return self._core.call("table", "transact", run)
 
-    def query(self, table: str, partition_key: str | None = None) -> list[Entity]:
+    def query(self, table: str, partition_key: str | None = None,
+              row_key: str | None = None) -> list[Entity]:
         def scan() -> list[Entity]:
             rows = self._get(table)
-            return [e for (pk, _), e in sorted(rows.items())
-                    if partition_key is None or pk == partition_key]
+            return [e for (pk, rk), e in sorted(rows.items())
+                    if partition_key in (None, pk) and row_key in (None, rk)]
 
         return self._core.call("table", "query", scan)
 

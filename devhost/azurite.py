@@ -1,4 +1,4 @@
-"""Start and stop a real Azurite (installed into node_modules by `make test`)."""
+"""Start and stop a real Azurite (installed into node_modules by `make test` / `make demo`)."""
 
 from __future__ import annotations
 

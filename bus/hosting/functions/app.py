@@ -1,0 +1,160 @@
+"""The bus as a Functions app blueprint: one queue trigger per endpoint, the outbox orchestration
+and its activities, and a maintenance timer - registered by one call::
+
+    app = df.DFApp(http_auth_level=func.AuthLevel.FUNCTION)
+    app.register_functions(BusFunctions([orders, billing, shipping]))
+
+Settings are read and checked here, at indexing time, so a misconfigured app fails at start-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Generator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import azure.durable_functions as df
+import azure.functions as func
+
+from bus.bus import Bus
+from bus.endpoint import Endpoint
+from bus.hosting.functions.config import AppConfig
+from bus.hosting.functions.trigger import QueueTrigger
+from bus.messages import Message
+from bus.protocol.receive import Handoff
+from bus.settings import Settings
+
+log = logging.getLogger(__name__)
+
+ORCHESTRATOR = "bus_outbox"
+PREPARE, SIGNAL, FINISH = "bus_outbox_prepare", "bus_outbox_signal", "bus_outbox_finish"
+MAINTENANCE = "bus_maintenance"
+SIGNAL_BATCH = 16
+"""Copies signalled per activity call: activities of one fan-out run in parallel."""
+MAINTENANCE_SCHEDULE = "0 */5 * * * *"
+RETRY = df.RetryOptions(first_retry_interval_in_milliseconds=1000, max_number_of_attempts=5)
+_INSTANCE_NAMESPACE = uuid.UUID("0f9e6b1e-5d0c-4d43-9a57-6c1f1b0f7a10")
+_RUNNING = {df.OrchestrationRuntimeStatus.Running, df.OrchestrationRuntimeStatus.Pending}
+
+
+def trigger_function_name(endpoint: str) -> str:
+    return "bus_endpoint_" + endpoint.replace("-", "_")
+
+
+def instance_id(handoff: Handoff) -> str:
+    """The orchestration instance id of one committed record: deterministic, so a redelivery
+    that hands the same record off again finds the running instance."""
+    key = f"{handoff.endpoint}\n{handoff.partition}\n{handoff.message_id}"
+    return f"bus-{uuid.uuid5(_INSTANCE_NAMESPACE, key)}"
+
+
+class BusFunctions(df.Blueprint):  # type: ignore[misc]
+    """Every function the bus needs, for ``app.register_functions``.
+
+    ``bus`` is the configured Bus (for provisioning and client sends from the same settings).
+    """
+
+    def __init__(self, endpoints: Sequence[Endpoint], *,
+                 routes: Mapping[type[Message] | str, str] | None = None,
+                 settings: Settings | None = None, environ: Mapping[str, str] | None = None,
+                 host_json: Path | None = None) -> None:
+        super().__init__()
+        self.config = AppConfig.from_environment(environ, host_json)
+        settings = (settings or Settings()).model_copy(
+            update={"max_delivery_count": self.config.max_dequeue_count})
+        self.bus = Bus(self.config.storage(), endpoints, prefix=self.config.prefix,
+                       routes=routes, settings=settings)
+        for name in self.bus.topology.endpoints:
+            self._add_endpoint(name)
+        self._add_outbox_orchestration()
+        self._add_maintenance()
+
+    # -- endpoints ------------------------------------------------------------------------
+    def _add_endpoint(self, endpoint: str) -> None:
+        trigger = QueueTrigger(self.bus, endpoint,
+                               max_dequeue_count=self.config.max_dequeue_count,
+                               inline_dispatch_max=self.config.inline_dispatch_max)
+
+        async def run(msg: func.QueueMessage, client: df.DurableOrchestrationClient) -> None:
+            delivery = await asyncio.to_thread(trigger.deliver, msg.get_body(),
+                                               msg.dequeue_count or 1)
+            if delivery.handoff is not None:
+                await start_dispatch(client, delivery.handoff)
+
+        run.__name__ = run.__qualname__ = trigger_function_name(endpoint)
+        decorated = self.function_name(trigger_function_name(endpoint))(
+            self.queue_trigger(arg_name="msg", queue_name=self.bus.names.queue(endpoint),
+                               connection=self.config.connection)(
+                self.durable_client_input(client_name="client")(run)))
+        assert decorated is not None
+
+    # -- outbox fan-out -------------------------------------------------------------------
+    def _add_outbox_orchestration(self) -> None:
+        bus = self.bus
+
+        def bus_outbox(context: df.DurableOrchestrationContext) -> Generator[Any, Any, str]:
+            job = context.get_input()
+            copies = yield context.call_activity_with_retry(PREPARE, RETRY, job)
+            if copies is None:
+                return "finished elsewhere"
+            batches = [list(range(i, min(i + SIGNAL_BATCH, copies)))
+                       for i in range(0, copies, SIGNAL_BATCH)]
+            yield context.task_all([
+                context.call_activity_with_retry(SIGNAL, RETRY, {**job, "indexes": batch})
+                for batch in batches])
+            finished = yield context.call_activity_with_retry(FINISH, RETRY, job)
+            return "dispatched" if finished else "finished elsewhere"
+
+        def bus_outbox_prepare(job: dict[str, Any]) -> int | None:
+            return bus.outbox_driver(job["endpoint"]).prepare(job["partition"],
+                                                              job["message_id"])
+
+        def bus_outbox_signal(job: dict[str, Any]) -> int:
+            return bus.outbox_driver(job["endpoint"]).signal(job["partition"], job["message_id"],
+                                                             job["indexes"])
+
+        def bus_outbox_finish(job: dict[str, Any]) -> bool:
+            return bus.outbox_driver(job["endpoint"]).finish(job["partition"], job["message_id"])
+
+        self.orchestration_trigger(context_name="context", orchestration=ORCHESTRATOR)(
+            bus_outbox)
+        for name, activity in ((PREPARE, bus_outbox_prepare), (SIGNAL, bus_outbox_signal),
+                               (FINISH, bus_outbox_finish)):
+            self.activity_trigger(input_name="job", activity=name)(activity)
+
+    # -- maintenance ----------------------------------------------------------------------
+    def _add_maintenance(self) -> None:
+        bus, stalled = self.bus, self.config.stalled_outbox_seconds
+
+        def bus_maintenance(timer: func.TimerRequest) -> None:
+            report = bus.sweeper().sweep()
+            recovered = sum(bus.outbox_driver(name).recover(stalled)
+                            for name in bus.topology.endpoints)
+            log.info("bus maintenance: %s, %d stalled outbox records finished", report,
+                     recovered)
+
+        self.timer_trigger(schedule=MAINTENANCE_SCHEDULE, arg_name="timer")(bus_maintenance)
+
+
+async def start_dispatch(client: df.DurableOrchestrationClient, handoff: Handoff) -> None:
+    """Start the orchestration that dispatches ``handoff``'s record.
+
+    ``start_new`` with an existing id re-runs a finished instance (harmless: its activities see
+    the record gone) and raises for a running one (fine: it is dispatching this record).
+    Anything else raises, the message is redelivered, and the redelivery finishes the record
+    inline - it is still in the slot.
+    """
+    instance = instance_id(handoff)
+    job = {"endpoint": handoff.endpoint, "partition": handoff.partition,
+           "message_id": handoff.message_id}
+    try:
+        await client.start_new(ORCHESTRATOR, instance, job)
+    except Exception:
+        status = await client.get_status(instance)
+        if status.runtime_status in _RUNNING:
+            log.info("dispatch %s is already running", instance)
+            return
+        raise

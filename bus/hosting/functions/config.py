@@ -1,0 +1,115 @@
+"""App settings of the Functions app, read and checked once at start-up.
+
+Every problem is reported together, each with what to set, so a misconfigured app fails at
+indexing time (before any message is taken) with a message a person can act on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from bus.endpoint import ConfigurationError
+from bus.naming import PREFIX_PATTERN
+from bus.storage import Storage
+
+DEFAULT_CONNECTION = "AzureWebJobsStorage"
+
+INLINE_DISPATCH_MAX = 4
+"""Default of ``BUS_INLINE_DISPATCH_MAX``: a record with at most this many outgoing copies is
+dispatched inside the queue-triggered function; larger fan-outs go to the orchestration.
+docs/performance.md has the measurement behind the number."""
+
+STALLED_OUTBOX_SECONDS = 600.0
+"""Default of ``BUS_STALLED_OUTBOX_SECONDS``: maintenance finishes outbox records older than
+this (an orchestration that failed for good, or a host that died between commit and start)."""
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    """What the bus needs from the Functions app's settings and host.json."""
+
+    connection: str
+    """Name of the app setting (or ``<name>__*`` identity settings) for the storage account."""
+    prefix: str
+    inline_dispatch_max: int
+    stalled_outbox_seconds: float
+    max_dequeue_count: int
+    """host.json ``extensions.queues.maxDequeueCount``: the host poisons after this many."""
+    environ: Mapping[str, str]
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None,
+                         host_json: Path | None = None) -> AppConfig:
+        env = dict(os.environ if environ is None else environ)
+        problems: list[str] = []
+        connection = env.get("BUS_CONNECTION", DEFAULT_CONNECTION)
+        if not _has_connection(env, connection):
+            problems.append(
+                f"app setting {connection!r} is missing: set it to a storage connection string "
+                f"(UseDevelopmentStorage=true for Azurite in local.settings.json), or set "
+                f"'{connection}__accountName' to use the app's managed identity")
+        prefix = env.get("BUS_PREFIX", "")
+        if not PREFIX_PATTERN.match(prefix):
+            problems.append(f"BUS_PREFIX={prefix!r} is invalid: up to 16 lower-case letters and "
+                            "digits, starting with a letter (or empty)")
+        inline = _number(env, "BUS_INLINE_DISPATCH_MAX", INLINE_DISPATCH_MAX, int, problems)
+        stalled = _number(env, "BUS_STALLED_OUTBOX_SECONDS", STALLED_OUTBOX_SECONDS, float,
+                          problems)
+        max_dequeue = _max_dequeue_count(host_json or _default_host_json(), problems)
+        if problems:
+            raise ConfigurationError("the bus cannot start:\n  - " + "\n  - ".join(problems))
+        return cls(connection, prefix, int(inline), float(stalled), max_dequeue, env)
+
+    def storage(self) -> Storage:
+        """Clients for the configured account (no request is made here)."""
+        from bus.adapters.azure import AzureStorage
+
+        value = self.environ.get(self.connection)
+        if value:
+            return AzureStorage.from_connection_string(value)
+        account = self.environ[f"{self.connection}__accountName"]
+        return AzureStorage.from_account(account)
+
+
+def _has_connection(env: Mapping[str, str], name: str) -> bool:
+    return bool(env.get(name)) or bool(env.get(f"{name}__accountName"))
+
+
+def _number(env: Mapping[str, str], name: str, default: float, kind: type[float] | type[int],
+            problems: list[str]) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        problems.append(f"{name}={raw!r} is not a number")
+        return default
+    if value < 0:
+        problems.append(f"{name}={raw!r} must not be negative")
+    return value
+
+
+def _default_host_json() -> Path:
+    # The worker runs with the app's root as the working directory; so does the devhost.
+    root = os.environ.get("AzureWebJobsScriptRoot", ".")  # noqa: SIM112 - the host's name
+    return Path(root) / "host.json"
+
+
+def _max_dequeue_count(path: Path, problems: list[str]) -> int:
+    if not path.exists():
+        return 5  # the host's default
+    try:
+        queues = json.loads(path.read_text()).get("extensions", {}).get("queues", {})
+    except ValueError as exc:
+        problems.append(f"{path} is not valid JSON: {exc}")
+        return 5
+    value = queues.get("maxDequeueCount", 5)
+    if not isinstance(value, int) or value < 1:
+        problems.append(f"{path}: extensions.queues.maxDequeueCount must be a positive integer")
+        return 5
+    return value

@@ -1,0 +1,65 @@
+"""One queue-triggered delivery, adapted to the Functions host's queue rules.
+
+The host deletes a message when the function returns, makes it visible again when it raises,
+and copies it to ``<queue>-poison`` when it raises on delivery ``maxDequeueCount``. That last
+rule is right for a handler that keeps failing (the receiver poisons those itself, with the
+reason, before the host would) but wrong for storage trouble: the message is fine, the storage
+was not. So on the last delivery a storage failure puts a fresh copy of the signal back on the
+queue (its inbox token is still live, so the copy is processed exactly once) and returns.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
+
+from bus.bus import Bus
+from bus.protocol.receive import Delivery, Outcome
+from bus.storage import StorageError, TransientError
+
+log = logging.getLogger(__name__)
+
+REQUEUE_DELAY_SECONDS = 30.0
+"""Visibility delay of a copy put back after storage trouble on the last delivery."""
+
+
+class QueueTrigger:
+    """The body of an endpoint's queue-triggered function, minus the Functions types."""
+
+    def __init__(self, bus: Bus, endpoint: str, *, max_dequeue_count: int,
+                 inline_dispatch_max: int | None, in_process_tries: int = 3) -> None:
+        self.bus = bus
+        self.endpoint = endpoint
+        self.receiver = bus.receiver(endpoint)
+        self.queue = bus.names.queue(endpoint)
+        self.max_dequeue_count = max_dequeue_count
+        self.inline_dispatch_max = inline_dispatch_max
+        self._tries = in_process_tries
+
+    def deliver(self, raw: bytes, dequeue_count: int) -> Delivery:
+        """Process one message body (already base64-decoded by the host).
+
+        Returns normally when the message may be deleted; raises to have it redelivered.
+        """
+        try:
+            return self._retrying()(self.receiver.deliver, raw, dequeue_count,
+                                    inline_max=self.inline_dispatch_max)
+        except StorageError as exc:
+            if dequeue_count < self.max_dequeue_count:
+                raise
+            self._requeue(raw, exc)
+            return Delivery(Outcome.REQUEUED)
+
+    def _requeue(self, raw: bytes, cause: StorageError) -> None:
+        body = base64.b64encode(raw).decode("ascii")
+        self.bus.storage.queues.send(self.queue, body, delay=REQUEUE_DELAY_SECONDS)
+        log.warning("storage trouble on the last delivery of a message at %s (%s); put a "
+                    "fresh copy back on the queue instead of letting the host poison it",
+                    self.endpoint, cause)
+
+    def _retrying(self) -> Retrying:
+        return Retrying(stop=stop_after_attempt(self._tries),
+                        wait=wait_exponential_jitter(initial=0.05, max=2.0),
+                        retry=retry_if_exception_type(TransientError), reraise=True)

@@ -1,0 +1,100 @@
+"""Driving one committed record from outside the receiver, one step at a time.
+
+The Durable Functions orchestration (``bus.hosting.functions``) calls these as activities:
+``prepare`` (tokens, phase SENDING), ``signal`` (a batch of copies), ``finish`` (fences, token,
+slot). Activities run at least once and any number of them may overlap with a receiver that
+helps the same record along, so every step first checks that the slot still holds the record
+it was given (by incoming message id) and is a no-op when it does not: the record was then
+finished by someone else, which the protocol allows at any point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from bus.protocol.dispatch import Dispatcher
+from bus.protocol.outbox import ClaimLost, Outbox, Slot
+from bus.protocol.records import Phase
+from bus.storage import StorageError
+
+_ROUNDS = 10
+
+
+class DriverContention(StorageError):
+    """The slot kept changing; the step is safe to run again."""
+
+
+class OutboxDriver:
+    def __init__(self, *, outbox: Outbox, dispatcher: Dispatcher,
+                 clock: Callable[[], float]) -> None:
+        self._outbox = outbox
+        self._dispatcher = dispatcher
+        self._clock = clock
+
+    def prepare(self, partition: str, message_id: str) -> int | None:
+        """Place every token; returns how many copies to signal, None when already finished."""
+        for _ in range(_ROUNDS):
+            slot = self._load(partition, message_id)
+            if slot is None:
+                return None
+            try:
+                # Always fresh attempt ids: an earlier run of this activity may have placed
+                # tokens for the current ones and still have a request in flight.
+                slot = self._dispatcher.prepare(slot, committed_by_me=False)
+            except ClaimLost:
+                continue
+            assert slot.record is not None
+            return len(slot.record.outgoing)
+        raise DriverContention(f"outbox slot {partition!r} kept changing")
+
+    def signal(self, partition: str, message_id: str, indexes: Sequence[int]) -> int:
+        """Send the chosen copies; returns how many were sent (0 when already finished)."""
+        slot = self._load(partition, message_id)
+        if slot is None or slot.record is None or slot.record.phase is not Phase.SENDING:
+            return 0
+        chosen = [i for i in indexes if 0 <= i < len(slot.record.outgoing)]
+        self._dispatcher.signal(slot.record, chosen)
+        return len(chosen)
+
+    def finish(self, partition: str, message_id: str) -> bool:
+        """Fence, consume the incoming token, empty the slot. False: someone else finished."""
+        for _ in range(_ROUNDS):
+            slot = self._load(partition, message_id)
+            if slot is None:
+                return False
+            try:
+                if self._unsent(slot):
+                    self._dispatcher.complete(slot, committed_by_me=False)
+                else:
+                    self._dispatcher.finish(slot)
+            except ClaimLost:
+                continue
+            return True
+        raise DriverContention(f"outbox slot {partition!r} kept changing")
+
+    def recover(self, older_than: float) -> int:
+        """Finish every record committed more than ``older_than`` seconds ago; returns how
+        many. For maintenance: catches records whose orchestration failed for good."""
+        finished = 0
+        cutoff = self._clock() - older_than
+        for slot in self._outbox.pending():
+            assert slot.record is not None
+            if slot.record.committed_at > cutoff:
+                continue
+            try:
+                self._dispatcher.complete(slot, committed_by_me=False)
+                finished += 1
+            except ClaimLost:
+                continue  # someone else is on it
+        return finished
+
+    @staticmethod
+    def _unsent(slot: Slot) -> bool:
+        record = slot.record
+        return record is not None and record.phase is Phase.COMMITTED and bool(record.outgoing)
+
+    def _load(self, partition: str, message_id: str) -> Slot | None:
+        slot = self._outbox.load(partition)
+        if slot.record is None or slot.record.message_id != message_id:
+            return None
+        return slot
