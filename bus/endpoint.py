@@ -44,11 +44,12 @@ class Endpoint:
         self.routes: dict[str, Route] = {}
 
     def handles(self, contract: type[M], *,
-                partition: Callable[[M], str]) -> Callable[[HandlerFn[M]], HandlerFn[M]]:
+                partition: Callable[[M], str] | None = None,
+                ) -> Callable[[HandlerFn[M]], HandlerFn[M]]:
         if not (isinstance(contract, type) and issubclass(contract, (Command, Event))):
             raise ConfigurationError(
                 f"{self.name}: handles() takes a Command or Event subclass, got {contract!r}")
-        if not callable(partition):
+        if partition is None or not callable(partition):
             raise ConfigurationError(
                 f"{self.name}: the handler for {contract.message_type} needs partition=, a "
                 "function from the message to its state partition key")
@@ -57,6 +58,7 @@ class Endpoint:
                 f"{self.name}: {contract.message_type} already has a handler")
 
         def register(handler: HandlerFn[M]) -> HandlerFn[M]:
+            assert partition is not None
             self.routes[contract.message_type] = Route(contract, handler, partition)
             return handler
 

@@ -118,7 +118,7 @@ class Demo:
             time.sleep(2)
             billed = sum(1 for row in self._rows("orders") if row.get("billed"))
             packed = sum(1 for row in self._rows("shipping") if row.get("packed"))
-            depth = sum(self.bus.storage.queues.depth(self.bus.names.queue(e))
+            depth = sum(self._depth(self.bus.names.queue(e))
                         for e in self.bus.topology.endpoints)
             print(f"  {time.monotonic() - started:5.0f} s  billed {billed}/{len(orders)}  "
                   f"packed {packed}/{len(orders)}  messages in queues {depth}", flush=True)
@@ -137,7 +137,11 @@ class Demo:
     def _rows(self, endpoint: str) -> list[dict[str, Any]]:
         table = self.bus.names.state_table(endpoint)
         return [dict(e.properties, _pk=e.partition_key, _rk=e.row_key)
-                for e in self.bus.storage.tables.query(table) if not e.row_key.startswith("~")]
+                for e in _patiently(self.bus.storage.tables.query, table)
+                if not e.row_key.startswith("~")]
+
+    def _depth(self, queue: str) -> int:
+        return int(_patiently(self.bus.storage.queues.depth, queue))
 
     def _verify(self, orders: dict[str, tuple[str, int]], stats: dict[str, Any],
                 seconds: float) -> dict[str, Any]:
@@ -163,7 +167,7 @@ class Demo:
         functions = stats.get("functions", {})
         succeeded = sum(f["succeeded"] for f in functions.values())
         processed = 4 * len(orders)  # PlaceOrder, OrderPlaced x2, OrderBilled per order
-        poisoned = sum(self.bus.storage.queues.depth(self.bus.names.poison_queue(e))
+        poisoned = sum(self._depth(self.bus.names.poison_queue(e))
                        for e in self.bus.topology.endpoints)
         bus_poisoned = poisoned - sum(f["poisoned"] for f in functions.values())
         return {
@@ -191,6 +195,17 @@ class Demo:
         print(f"Effects applied twice: {r['effects_applied_twice']}; lost: {r['lost']}; "
               f"wrong customer balances: {r['wrong_balances']}.  "
               f"{'EXACTLY ONCE' if ok else 'FAILED'}")
+
+
+def _patiently(call: Any, *args: Any) -> Any:
+    """Retry a read through Azurite's occasional connection resets under load."""
+    from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+    from bus.storage import TransientError
+
+    retrying = Retrying(stop=stop_after_attempt(6), wait=wait_exponential(0.2, max=5),
+                        retry=retry_if_exception_type(TransientError), reraise=True)
+    return retrying(call, *args)
 
 
 if __name__ == "__main__":

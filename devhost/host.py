@@ -8,7 +8,7 @@ import logging
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +72,8 @@ class Host:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     @classmethod
-    def create(cls, script_root: Path, *, timer_seconds: float | None = None) -> Host:
+    def create(cls, script_root: Path, *, timer_seconds: float | None = None,
+               lease_seconds: float | None = None) -> Host:
         for key, value in load_local_settings(script_root).items():
             os.environ.setdefault(key, value)
         os.environ.setdefault("AzureWebJobsScriptRoot", str(script_root))
@@ -80,8 +81,10 @@ class Host:
         index = load_app(script_root)
         hub = host_json.get("extensions", {}).get("durableTask", {}).get("hubName", "devhost")
         connections = {name: _connection(name) for name in _connection_names(index)}
-        return cls(script_root, index, connections, queue_options(host_json), hub,
-                   timer_seconds)
+        options = queue_options(host_json)
+        if lease_seconds is not None:
+            options = replace(options, lease_seconds=lease_seconds)
+        return cls(script_root, index, connections, options, hub, timer_seconds)
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()

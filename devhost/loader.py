@@ -56,6 +56,7 @@ def load_app(script_root: Path, module_name: str = "function_app") -> AppIndex:
     root = str(script_root.resolve())
     if root not in sys.path:
         sys.path.insert(0, root)
+    sys.modules.pop(module_name, None)  # a fresh import, as in a new worker process
     module = importlib.import_module(module_name)
     registers = [v for v in vars(module).values() if isinstance(v, func.FunctionRegister)]
     if len(registers) != 1:

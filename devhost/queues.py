@@ -32,7 +32,6 @@ from devhost.loader import Function
 
 log = logging.getLogger("devhost.queues")
 
-LEASE_SECONDS = 600
 
 
 @dataclass(frozen=True)
@@ -45,6 +44,9 @@ class QueueOptions:
     visibility_timeout: float = 0.0
     max_dequeue_count: int = 5
     message_encoding: str = "base64"
+    lease_seconds: float = 600.0
+    """The host's lease on a message while its function runs (fixed at 10 minutes there;
+    shorter here only so that kill-and-restart tests need not wait that long)."""
 
     @property
     def threshold(self) -> int:
@@ -96,7 +98,7 @@ class QueueListener:
 
     def _receive(self) -> list[QueueMessage]:
         return list(self.queue.receive_messages(max_messages=self.options.batch_size,
-                                                visibility_timeout=LEASE_SECONDS))
+                                                visibility_timeout=int(self.options.lease_seconds)))
 
     async def _guarded(self, message: QueueMessage) -> None:
         try:
@@ -158,9 +160,9 @@ class QueueListener:
 
     async def _renew(self, message: QueueMessage) -> None:
         while True:
-            await asyncio.sleep(LEASE_SECONDS / 2)
+            await asyncio.sleep(self.options.lease_seconds / 2)
             receipt = await asyncio.to_thread(self.queue.update_message, message,
-                                              visibility_timeout=LEASE_SECONDS)
+                                              visibility_timeout=int(self.options.lease_seconds))
             message.pop_receipt = receipt.pop_receipt
 
     def _release(self, message: QueueMessage) -> None:

@@ -20,7 +20,7 @@ import azure.durable_functions as df
 import azure.functions as func
 
 from bus.bus import Bus
-from bus.endpoint import Endpoint
+from bus.endpoint import ConfigurationError, Endpoint
 from bus.hosting.functions.config import AppConfig
 from bus.hosting.functions.trigger import QueueTrigger
 from bus.messages import Message
@@ -67,7 +67,10 @@ class BusFunctions(df.Blueprint):  # type: ignore[misc]
             update={"max_delivery_count": self.config.max_dequeue_count})
         self.bus = Bus(self.config.storage(), endpoints, prefix=self.config.prefix,
                        routes=routes, settings=settings)
-        for name in self.bus.topology.endpoints:
+        for name in self.config.hosted_endpoints(list(self.bus.topology.endpoints)):
+            if not self.bus.topology.endpoint(name).routes:
+                raise ConfigurationError(f"endpoint {name!r} has no handler: add one with "
+                                         f"@{name}.handles(...) or leave it out")
             self._add_endpoint(name)
         self._add_outbox_orchestration()
         self._add_maintenance()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +39,9 @@ class AppConfig:
     stalled_outbox_seconds: float
     max_dequeue_count: int
     """host.json ``extensions.queues.maxDequeueCount``: the host poisons after this many."""
+    hosted: tuple[str, ...] | None
+    """``BUS_ENDPOINTS``: the endpoints this app runs (comma-separated; default all), so one
+    codebase can be deployed as several apps that scale separately."""
     environ: Mapping[str, str]
 
     @classmethod
@@ -60,9 +63,22 @@ class AppConfig:
         stalled = _number(env, "BUS_STALLED_OUTBOX_SECONDS", STALLED_OUTBOX_SECONDS, float,
                           problems)
         max_dequeue = _max_dequeue_count(host_json or _default_host_json(), problems)
+        hosted = tuple(n.strip() for n in env.get("BUS_ENDPOINTS", "").split(",") if n.strip())
         if problems:
             raise ConfigurationError("the bus cannot start:\n  - " + "\n  - ".join(problems))
-        return cls(connection, prefix, int(inline), float(stalled), max_dequeue, env)
+        return cls(connection, prefix, int(inline), float(stalled), max_dequeue, hosted or None,
+                   env)
+
+    def hosted_endpoints(self, defined: Sequence[str]) -> list[str]:
+        """The endpoints to run here; an unknown name in ``BUS_ENDPOINTS`` is an error."""
+        if self.hosted is None:
+            return list(defined)
+        unknown = [name for name in self.hosted if name not in defined]
+        if unknown:
+            raise ConfigurationError(
+                f"BUS_ENDPOINTS names unknown endpoint(s) {', '.join(map(repr, unknown))}: this "
+                f"app defines {', '.join(defined)}. Fix the setting or define the endpoint.")
+        return list(self.hosted)
 
     def storage(self) -> Storage:
         """Clients for the configured account (no request is made here)."""

@@ -1,0 +1,86 @@
+"""The outbox orchestration through the real Durable replay engine (devhost's runtime)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import azure.functions as func
+import pytest
+
+from bus.hosting.functions.trigger import QueueTrigger
+from bus.protocol.receive import Outcome
+from devhost.durable import TASK_COMPLETED, TASK_SCHEDULED, DurableRuntime
+from devhost.loader import load_app
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.azurite
+
+
+@pytest.fixture
+def app(azurite_connection: str, prefix: str) -> Iterator[Any]:
+    saved = dict(os.environ)
+    os.environ.update(AzureWebJobsStorage=azurite_connection, BUS_PREFIX=prefix,
+                      BUS_INLINE_DISPATCH_MAX="0", AzureWebJobsScriptRoot=str(ROOT))
+    index = load_app(ROOT)
+    yield index
+    os.environ.clear()
+    os.environ.update(saved)
+    sys.modules.pop("function_app", None)
+
+
+def test_outbox_orchestration_replays_and_survives_repeated_activities(
+        app: Any, azurite_connection: str, prefix: str) -> None:
+    module = app.module
+    bus = module.bus_functions.bus
+    bus.provision()
+    bus.send(module.PlaceOrder(order_id="r1", customer="c1", amount_cents=250))
+    [message] = bus.storage.queues.receive(bus.names.queue("orders"), max_messages=1, lease=30)
+    trigger = QueueTrigger(bus, "orders", max_dequeue_count=5, inline_dispatch_max=0)
+    import base64
+
+    delivery = trigger.deliver(base64.b64decode(message.body), 1)
+    assert delivery.outcome is Outcome.PROCESSED and delivery.handoff is not None
+    assert bus.storage.queues.depth(bus.names.queue("billing")) == 0  # not dispatched yet
+
+    runtime = DurableRuntime(app, azurite_connection, f"h{prefix}")
+    runtime.provision()
+    job = {"endpoint": "orders", "partition": "r1", "message_id": delivery.handoff.message_id}
+    # An activity runs at least once: run the whole fan-out by hand first, twice over.
+    steps = ["bus_outbox_prepare", "bus_outbox_prepare", "bus_outbox_signal",
+             "bus_outbox_signal", "bus_outbox_finish", "bus_outbox_finish",
+             "bus_outbox_prepare", "bus_outbox_signal"]  # the last two find nothing to do
+    for name in steps:
+        arguments = {**job, "indexes": [0, 1]} if name.endswith("signal") else job
+        app.named(name).user_function(arguments)
+    status, _ = runtime.start("bus_outbox", "i1", json.dumps(job))
+    assert status == 202
+    asyncio.run(runtime.drive("i1"))
+    instance, _ = runtime.store.load("i1")  # type: ignore[misc]
+    assert instance.status == "Completed" and instance.output == "finished elsewhere"
+
+    # The copy to billing went out twice (signalled twice); it is processed once.
+    billing = bus.receiver("billing")
+    outcomes = [billing.handle(m.body, m.dequeue_count) for m in bus.storage.queues.receive(
+        bus.names.queue("billing"), max_messages=32, lease=30)]
+    assert sorted(o.value for o in outcomes) == ["duplicate", "processed"]
+    assert bus.storage.tables.get(bus.names.state_table("billing"), "c1",
+                                  "account").properties["invoices"] == 1
+
+    # Replaying the final history schedules nothing new and gives the same result.
+    handle = app.named("bus_outbox").user_function
+    context = {"history": instance.history, "instanceId": "i1", "isReplaying": True,
+               "parentInstanceId": None, "input": instance.input, "upperSchemaVersion": 0}
+    state = json.loads(handle(func.OrchestrationContext(json.dumps(context))))
+    assert state["isDone"] and state["output"] == "finished elsewhere"
+    types = [e["EventType"] for e in instance.history]
+    assert types.count(TASK_SCHEDULED) == types.count(TASK_COMPLETED) == 1  # prepare only
+
+    # start_new with the id of a completed instance re-runs it; a running one is refused.
+    assert runtime.start("bus_outbox", "i1", json.dumps(job))[0] == 202
+    assert runtime.start("bus_outbox", "i1", json.dumps(job))[0] == 409
