@@ -92,8 +92,11 @@ class Host:
         extra: dict[str, Any] = {}
         tasks = []
         if self.index.of_type("orchestrationTrigger"):
-            self.runtime = DurableRuntime(self.index, self.connection_strings[
-                "AzureWebJobsStorage"], self.hub)
+            # Work items of a killed host come back after this lease (no renewal: a longer
+            # episode is fenced by the instance's ETag instead).
+            self.runtime = DurableRuntime(
+                self.index, self.connection_strings["AzureWebJobsStorage"], self.hub,
+                lease_seconds=min(120.0, max(10.0, 2 * self.options.lease_seconds)))
             await asyncio.to_thread(self.runtime.provision)
             self.api = DurableApi(self.runtime)
             await self.api.start()
