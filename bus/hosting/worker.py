@@ -16,13 +16,12 @@ from collections.abc import Callable
 from tenacity import (
     RetryCallState,
     Retrying,
-    retry_if_exception_type,
-    stop_after_attempt,
     wait_exponential_jitter,
 )
 from tenacity.wait import wait_base
 
 from bus.bus import Bus
+from bus.hosting.retry import transient_retries
 from bus.protocol.receive import HandlerFailed, Outcome
 from bus.storage import NotFound, QueueMessage, StorageError, TransientError
 
@@ -68,9 +67,7 @@ class Worker:
         return outcome
 
     def _retrying(self) -> Retrying:
-        return Retrying(stop=stop_after_attempt(self._tries), wait=self._wait,
-                        retry=retry_if_exception_type(TransientError), sleep=self._sleep,
-                        reraise=True)
+        return transient_retries(self._tries, self._wait, self._sleep)
 
     def _ack(self, message: QueueMessage) -> None:
         try:

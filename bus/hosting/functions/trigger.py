@@ -13,11 +13,12 @@ from __future__ import annotations
 import base64
 import logging
 
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
+from tenacity import Retrying
 
 from bus.bus import Bus
+from bus.hosting.retry import transient_retries
 from bus.protocol.receive import Delivery, Outcome
-from bus.storage import StorageError, TransientError
+from bus.storage import StorageError
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,4 @@ class QueueTrigger:
                     self.endpoint, cause)
 
     def _retrying(self) -> Retrying:
-        return Retrying(stop=stop_after_attempt(self._tries),
-                        wait=wait_exponential_jitter(initial=0.05, max=2.0),
-                        retry=retry_if_exception_type(TransientError), reraise=True)
+        return transient_retries(self._tries)
