@@ -89,7 +89,6 @@ class Host:
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         loop.set_default_executor(ThreadPoolExecutor(max_workers=64))
-        extra: dict[str, Any] = {}
         tasks = []
         if self.index.of_type("orchestrationTrigger"):
             # Work items of a killed host come back after this lease (no renewal: a longer
@@ -106,7 +105,7 @@ class Host:
                 self.connection_strings[function.trigger.get("connection",
                                                              "AzureWebJobsStorage")])
             listener = QueueListener(function, service, self.options,
-                                     self._extra_args(function, extra))
+                                     self._extra_args(function))
             self.listeners.append(listener)
             tasks.append(listener.run(self.stop))
         for function in self.index.of_type("timerTrigger"):
@@ -128,7 +127,7 @@ class Host:
                               for listener in self.listeners},
                 "durable": dict(self.runtime.stats) if self.runtime else {}}
 
-    def _extra_args(self, function: Function, extra: dict[str, Any]) -> dict[str, Any]:
+    def _extra_args(self, function: Function) -> dict[str, Any]:
         args: dict[str, Any] = {}
         for binding in function.bindings:
             if binding["type"] == "durableClient":
