@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import azure.functions as func
+from azure.functions.meta import Datum
+from azure.functions.timer import TimerRequestConverter
 from azure.storage.queue import QueueServiceClient
 
 from devhost.durable import DurableApi, DurableRuntime
@@ -143,11 +144,22 @@ class Host:
                 return
             except asyncio.TimeoutError:
                 pass
-            kwargs = {function.trigger["name"]: func.TimerRequest(past_due=False)}
             try:
-                await asyncio.to_thread(function.user_function, **kwargs)
+                await _invoke_timer(function, past_due=False)
             except Exception:
                 log.exception("timer function %s failed", function.name)
+
+
+async def _invoke_timer(function: Function, *, past_due: bool) -> None:
+    # The same conversion the worker applies to the host's timer payload.
+    payload = json.dumps({"IsPastDue": past_due, "ScheduleStatus": {}, "Schedule": {}})
+    request = TimerRequestConverter.decode(Datum(value=payload, type="json"),
+                                           trigger_metadata=None)
+    kwargs = {function.trigger["name"]: request}
+    if function.is_async:
+        await function.user_function(**kwargs)
+    else:
+        await asyncio.to_thread(function.user_function, **kwargs)
 
 
 def _connection_names(index: AppIndex) -> set[str]:
