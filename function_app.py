@@ -13,6 +13,8 @@ Run it with ``python -m devhost`` (this repository's local host) or ``func start
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import azure.durable_functions as df
 
 from bus import Command, Context, Endpoint, Event
@@ -36,6 +38,14 @@ class OrderBilled(Event):
     invoice_id: str
 
 
+def count(row: Mapping[str, object] | None, field: str) -> int:
+    """A counter kept in a state row: 0 when the row or the field does not exist yet."""
+    value = (row or {}).get(field, 0)
+    if not isinstance(value, int | str):
+        raise TypeError(f"{field} is {value!r}, not a counter")
+    return int(value)
+
+
 orders = Endpoint("orders")
 billing = Endpoint("billing")
 shipping = Endpoint("shipping")
@@ -43,9 +53,9 @@ shipping = Endpoint("shipping")
 
 @orders.handles(PlaceOrder, partition=lambda m: m.order_id)
 def place_order(message: PlaceOrder, ctx: Context) -> None:
-    order = ctx.state.get("order") or {"placed": 0, "billed": 0}
+    order = ctx.state.get("order") or {}
     order.update(customer=message.customer, amount_cents=message.amount_cents,
-                 status="placed", placed=int(order["placed"]) + 1)
+                 status="placed", placed=count(order, "placed") + 1)
     ctx.state.put("order", order)
     ctx.publish(OrderPlaced(order_id=message.order_id, customer=message.customer,
                             amount_cents=message.amount_cents))
@@ -54,27 +64,27 @@ def place_order(message: PlaceOrder, ctx: Context) -> None:
 @billing.handles(OrderPlaced, partition=lambda m: m.customer)
 def bill_order(message: OrderPlaced, ctx: Context) -> None:
     # One partition per customer: the running balance and the invoice commit together.
-    account = ctx.state.get("account") or {"balance_cents": 0, "invoices": 0}
-    ctx.state.put("account", {"balance_cents": int(account["balance_cents"])
+    account = ctx.state.get("account")
+    ctx.state.put("account", {"balance_cents": count(account, "balance_cents")
                               + message.amount_cents,
-                              "invoices": int(account["invoices"]) + 1})
-    invoice = ctx.state.get(f"invoice-{message.order_id}") or {"charged": 0}
+                              "invoices": count(account, "invoices") + 1})
+    invoice = ctx.state.get(f"invoice-{message.order_id}")
     ctx.state.put(f"invoice-{message.order_id}",
-                  {"amount_cents": message.amount_cents, "charged": int(invoice["charged"]) + 1})
+                  {"amount_cents": message.amount_cents, "charged": count(invoice, "charged") + 1})
     ctx.publish(OrderBilled(order_id=message.order_id, invoice_id=f"inv-{message.order_id}"))
 
 
 @shipping.handles(OrderPlaced, partition=lambda m: m.order_id)
 def pack_order(message: OrderPlaced, ctx: Context) -> None:
-    shipment = ctx.state.get("shipment") or {"packed": 0}
-    ctx.state.put("shipment", {"status": "packing", "packed": int(shipment["packed"]) + 1})
+    packed = count(ctx.state.get("shipment"), "packed")
+    ctx.state.put("shipment", {"status": "packing", "packed": packed + 1})
 
 
 @orders.handles(OrderBilled, partition=lambda m: m.order_id)
 def mark_billed(message: OrderBilled, ctx: Context) -> None:
-    order = ctx.state.get("order") or {"placed": 0, "billed": 0}
+    order = ctx.state.get("order") or {}
     order.update(status="billed", invoice_id=message.invoice_id,
-                 billed=int(order["billed"]) + 1)
+                 billed=count(order, "billed") + 1)
     ctx.state.put("order", order)
 
 

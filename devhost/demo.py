@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from devhost.azurite import azurite
+from devhost.durable import work_queue_name
+from devhost.host import hub_name
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -73,7 +75,7 @@ class Demo:
         host = self._start_host()
         try:
             orders = self._send()
-            self._wait(orders, started)
+            self._wait(orders, started, host)
         finally:
             stats = self._stop_host(host)
         result = self._verify(orders, stats, time.monotonic() - started)
@@ -111,17 +113,25 @@ class Demo:
             self.bus.storage.queues.send(queue, body)
         return orders
 
-    def _wait(self, orders: dict[str, tuple[str, int]], started: float) -> None:
+    def _wait(self, orders: dict[str, tuple[str, int]], started: float,
+              host: subprocess.Popen[bytes]) -> None:
         deadline = time.monotonic() + self.args.timeout
+        hub = hub_name(json.loads((ROOT / "host.json").read_text()))
         quiet = 0
         while time.monotonic() < deadline and quiet < 3:
             time.sleep(2)
+            if host.poll() is not None:
+                log = (self.workdir / "devhost.log").read_text(errors="replace")
+                raise SystemExit(f"the local host exited with code {host.returncode}; the end "
+                                 f"of its log:\n{log[-3000:]}")
             billed = sum(1 for row in self._rows("orders") if row.get("billed"))
             packed = sum(1 for row in self._rows("shipping") if row.get("packed"))
             depth = sum(self._depth(self.bus.names.queue(e))
                         for e in self.bus.topology.endpoints)
+            waiting = self._depth(work_queue_name(hub))
             print(f"  {time.monotonic() - started:5.0f} s  billed {billed}/{len(orders)}  "
-                  f"packed {packed}/{len(orders)}  messages in queues {depth}", flush=True)
+                  f"packed {packed}/{len(orders)}  messages in queues {depth}  "
+                  f"orchestrations waiting {waiting}", flush=True)
             quiet = quiet + 1 if depth == 0 and billed == packed == len(orders) else 0
 
     def _stop_host(self, host: subprocess.Popen[bytes]) -> dict[str, Any]:

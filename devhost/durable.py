@@ -83,6 +83,11 @@ class Instance:
                 "lastUpdatedTime": self.updated, "customStatus": None}
 
 
+def work_queue_name(hub: str) -> str:
+    """The queue of orchestration work items (one message per instance to drive)."""
+    return f"{hub.lower()}-devhost-work"
+
+
 class InstanceStore:
     """Instances as blobs; every save is a compare-and-swap on the blob's ETag."""
 
@@ -129,7 +134,7 @@ class DurableRuntime:
         self.store = InstanceStore(BlobServiceClient.from_connection_string(connection_string),
                                    f"{base}-devhost-instances")
         self.work = QueueServiceClient.from_connection_string(
-            connection_string).get_queue_client(f"{base}-devhost-work")
+            connection_string).get_queue_client(work_queue_name(hub))
         self.workers = workers
         self.lease_seconds = lease_seconds
         self.stats = {"started": 0, "completed": 0, "failed": 0, "activities": 0,
@@ -346,9 +351,7 @@ class DurableApi:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
-        server = site._server
-        assert server is not None and server.sockets  # type: ignore[union-attr]
-        self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.port = int(self._runner.addresses[0][1])
 
     async def stop(self) -> None:
         if self._runner is not None:

@@ -43,6 +43,11 @@ def queue_options(host_json: dict[str, Any]) -> QueueOptions:
         message_encoding=queues.get("messageEncoding", "base64"))
 
 
+def hub_name(host_json: dict[str, Any]) -> str:
+    """The Durable task hub of the app (host.json ``durableTask.hubName``)."""
+    return str(host_json.get("extensions", {}).get("durableTask", {}).get("hubName", "devhost"))
+
+
 def _timespan(text: str) -> float:
     hours, minutes, seconds = text.split(":")
     return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
@@ -80,7 +85,7 @@ class Host:
         os.environ.setdefault("AzureWebJobsScriptRoot", str(script_root))
         host_json = json.loads((script_root / "host.json").read_text())
         index = load_app(script_root)
-        hub = host_json.get("extensions", {}).get("durableTask", {}).get("hubName", "devhost")
+        hub = hub_name(host_json)
         connections = {name: _connection(name) for name in _connection_names(index)}
         options = queue_options(host_json)
         if lease_seconds is not None:

@@ -68,9 +68,8 @@ def load_app(script_root: Path, module_name: str = "function_app") -> AppIndex:
         trigger = next(b for b in bindings if b["type"].endswith("Trigger"))
         user = function.get_user_function()
         index.functions.append(Function(
-            name=function.get_function_name(), trigger_type=trigger["type"], trigger=trigger,
-            bindings=bindings, user_function=user,
-            is_async=_is_async(user)))
+            name=function.get_function_name() or user.__name__, trigger_type=trigger["type"],
+            trigger=trigger, bindings=bindings, user_function=user, is_async=_is_async(user)))
     return index
 
 

@@ -107,7 +107,7 @@ class QueueListener:
             log.exception("processing %s on %s", message.id, self.queue_name)
 
     async def _process(self, message: QueueMessage) -> None:
-        if message.dequeue_count > self.options.max_dequeue_count:
+        if (message.dequeue_count or 1) > self.options.max_dequeue_count:
             await asyncio.to_thread(self._poison, message, "dequeue count over the maximum")
             return
         body = self._decode(message)
@@ -122,7 +122,7 @@ class QueueListener:
         try:
             if ok:
                 await asyncio.to_thread(self.queue.delete_message, message)
-            elif message.dequeue_count >= self.options.max_dequeue_count:
+            elif (message.dequeue_count or 1) >= self.options.max_dequeue_count:
                 await asyncio.to_thread(self._poison, message, "function failed on the last "
                                                                "allowed delivery")
             else:
@@ -140,9 +140,10 @@ class QueueListener:
             return None
 
     async def _invoke(self, message: QueueMessage, body: bytes) -> bool:
-        argument = TriggerMessage(id=message.id, body=body,
-                                     dequeue_count=message.dequeue_count,
-                                     pop_receipt=message.pop_receipt)
+        # azure.functions' QueueMessage constructor has no annotations.
+        argument = TriggerMessage(  # type: ignore[no-untyped-call]
+            id=message.id, body=body, dequeue_count=message.dequeue_count,
+            pop_receipt=message.pop_receipt)
         kwargs = {self.function.trigger["name"]: argument, **self.extra_args}
         self.counters.invoked += 1
         try:
