@@ -24,5 +24,5 @@ def transient_retries(tries: int, wait: Wait | None = None,
     """Up to ``tries`` attempts on TransientError, exponential backoff with jitter; the last
     error is re-raised."""
     return Retrying(stop=stop_after_attempt(tries),
-                    wait=wait or wait_exponential_jitter(initial=0.05, max=2.0),
+                    wait=wait or wait_exponential_jitter(multiplier=0.05, max=2.0),
                     retry=retry_if_exception_type(TransientError), sleep=sleep, reraise=True)
