@@ -6,10 +6,13 @@
 3. persist phase SENDING (compare-and-swap): from here on tokens are never created again;
 4. send the signals (repeating them is harmless: tokens deduplicate);
 5. fence the attempt ids that were superseded in step 1;
-6. consume (delete) the incoming message's token;
-7. empty the slot (compare-and-swap) and delete the incoming claim-check payload.
+6. consume (delete) the incoming message's token, then its claim-check payload.
 
-Any step may be interrupted; whoever loads the slot next resumes from the persisted phase.
+The finished record stays in the slot: "its incoming token is gone" is what finished means
+(step 6 is the last step, and nothing else deletes a token of a committed message), so the
+next commit in the partition simply replaces it - one write per message fewer than emptying
+the slot. Any step may be interrupted; whoever loads the slot next resumes from the persisted
+phase.
 """
 
 from __future__ import annotations
@@ -59,15 +62,18 @@ class Dispatcher:
             self._courier.signal(record.outgoing[index])
 
     def finish(self, slot: Slot) -> None:
-        """Steps 5-7, once every signal was sent at least once."""
+        """Steps 5-6, once every signal was sent at least once."""
         record = slot.record
         assert record is not None and (record.phase is Phase.SENDING or not record.outgoing)
         for attempt in record.superseded:
             self._courier.fence(attempt.destination, attempt.attempt_id, record.message_id)
         self._courier.inbox.consume(record.endpoint, record.attempt_id)
-        self._outbox.clear(slot)
         if record.payload_ref is not None:
             self._courier.payloads.delete(record.payload_ref)
+
+    def is_finished(self, record: OutboxRecord) -> bool:
+        """Whether ``record`` was finished (its incoming token is gone). One read."""
+        return self._courier.inbox.read(record.endpoint, record.attempt_id) is None
 
     def _place_tokens(self, slot: Slot, record: OutboxRecord,
                       committed_by_me: bool) -> tuple[Slot, OutboxRecord]:

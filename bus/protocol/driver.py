@@ -1,11 +1,13 @@
 """Driving one committed record from outside the receiver, one step at a time.
 
 The Durable Functions orchestration (``bus.hosting.functions``) calls these as activities:
-``prepare`` (tokens, phase SENDING), ``signal`` (a batch of copies), ``finish`` (fences, token,
-slot). Activities run at least once and any number of them may overlap with a receiver that
-helps the same record along, so every step first checks that the slot still holds the record
-it was given (by incoming message id) and is a no-op when it does not: the record was then
-finished by someone else, which the protocol allows at any point.
+``prepare`` (tokens, phase SENDING), ``signal`` (a batch of copies), ``finish`` (fences,
+incoming token). Activities run at least once and any number of them may overlap with a
+receiver that helps the same record along, so every step first checks that the slot still
+holds the record it was given (by incoming message id) and is a no-op when it does not: the
+record was then finished by someone else, which the protocol allows at any point. ``prepare``
+and ``finish`` also check that the record is not finished already (its incoming token gone),
+so a re-run orchestration does not send its signals again.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ class OutboxDriver:
         """Place every token; returns how many copies to signal, None when already finished."""
         for _ in range(_ROUNDS):
             slot = self._load(partition, message_id)
-            if slot is None:
+            if slot is None or self._finished(slot):
                 return None
             try:
                 # Always fresh attempt ids: an earlier run of this activity may have placed
@@ -57,10 +59,10 @@ class OutboxDriver:
         return len(chosen)
 
     def finish(self, partition: str, message_id: str) -> bool:
-        """Fence, consume the incoming token, empty the slot. False: someone else finished."""
+        """Fence, consume the incoming token. False: someone else finished the record."""
         for _ in range(_ROUNDS):
             slot = self._load(partition, message_id)
-            if slot is None:
+            if slot is None or self._finished(slot):
                 return False
             try:
                 if self._unsent(slot):
@@ -73,13 +75,14 @@ class OutboxDriver:
         raise DriverContention(f"outbox slot {partition!r} kept changing")
 
     def recover(self, older_than: float) -> int:
-        """Finish every record committed more than ``older_than`` seconds ago; returns how
-        many. For maintenance: catches records whose orchestration failed for good."""
+        """Finish every unfinished record committed more than ``older_than`` seconds ago;
+        returns how many. For maintenance: catches records whose orchestration failed for
+        good. One token read per partition holding a record."""
         finished = 0
         cutoff = self._clock() - older_than
         for slot in self._outbox.pending():
             assert slot.record is not None
-            if slot.record.committed_at > cutoff:
+            if slot.record.committed_at > cutoff or self._finished(slot):
                 continue
             try:
                 self._dispatcher.complete(slot, committed_by_me=False)
@@ -87,6 +90,10 @@ class OutboxDriver:
             except ClaimLost:
                 continue  # someone else is on it
         return finished
+
+    def _finished(self, slot: Slot) -> bool:
+        assert slot.record is not None
+        return self._dispatcher.is_finished(slot.record)
 
     @staticmethod
     def _unsent(slot: Slot) -> bool:

@@ -57,6 +57,11 @@ class Inbox:
             return None
         return _token(row)
 
+    def read_many(self, endpoint: str, attempt_ids: list[str]) -> dict[str, Token]:
+        """The existing tokens among ``attempt_ids`` (all of one endpoint): one request."""
+        rows = self._tables.get_many(self._table, endpoint, sorted(set(attempt_ids)))
+        return {attempt_id: _token(row) for attempt_id, row in rows.items()}
+
     def consume(self, endpoint: str, attempt_id: str) -> None:
         self._tables.delete(self._table, endpoint, attempt_id)  # gone already is fine
 

@@ -4,8 +4,9 @@ The slot is the receiver's claim. A handler's state changes and its outbox recor
 one entity-group transaction whose slot operation carries the ETag read before the inbox token
 was checked (or is create-only for a partition's first message). Of two copies of a message
 processed concurrently, only one can commit; the other gets :class:`ClaimLost` and starts over.
-The row is emptied, never deleted, so its ETag keeps changing: deleting and re-creating it
-would let a stale create succeed (the ABA problem).
+The row is replaced, never deleted, so its ETag keeps changing: deleting and re-creating it
+would let a stale create succeed (the ABA problem). A finished record stays in the slot until
+the partition's next commit replaces it (see ``dispatch``).
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ class Outbox:
         return Slot(partition, _decode(row), row.etag)
 
     def pending(self) -> list[Slot]:
-        """Every slot of the table that holds a record (a table scan: maintenance only)."""
+        """Every slot of the table that holds a record, finished or not (a table scan:
+        maintenance only)."""
         rows = self._tables.query(self._table, row_key=SLOT_ROW)
         slots = [Slot(row.partition_key, _decode(row), row.etag) for row in rows]
         return [slot for slot in slots if slot.record is not None]
@@ -67,9 +69,6 @@ class Outbox:
 
     def update(self, slot: Slot, record: OutboxRecord) -> Slot:
         return Slot(slot.partition, record, self._replace(slot, record))
-
-    def clear(self, slot: Slot) -> Slot:
-        return Slot(slot.partition, None, self._replace(slot, None))
 
     def _replace(self, slot: Slot, record: OutboxRecord | None) -> str:
         try:

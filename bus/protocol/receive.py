@@ -4,10 +4,11 @@ For a signal carrying message ``m``, attempt ``a``, for endpoint ``E``:
 
 1. decode the envelope, find the handler (bad input: poison queue, with the reason);
 2. fetch the payload (claim check) and map the message to its state partition ``P``;
-3. load ``P``'s outbox slot, remembering its ETag; if it holds a record, complete that first
-   (it may be ours, committed by an earlier delivery) and start again;
+3. load ``P``'s outbox slot, remembering its ETag; if it holds an unfinished record (its
+   incoming token still exists), complete that first (it may be ours, committed by an earlier
+   delivery) and start again;
 4. check ``m``'s inbox token ``(E, a)``: gone (or fenced) means a duplicate - acknowledge;
-   parked means it is in the poison queue already;
+   parked means it is in the poison queue already (read in one request with step 3's token);
 5. run the handler against ``P`` (reads go to storage, writes are collected);
 6. commit the state changes and the outbox record in one transaction, conditional on the ETag
    from step 3: if someone else committed since, the claim is lost - go back to step 3;
@@ -211,10 +212,11 @@ class Receiver:
         for _ in range(_MAX_CLAIM_ROUNDS):
             slot = self._outbox.load(d.partition)
             try:
-                if slot.record is not None:
+                tokens = self._tokens(d, slot)
+                if slot.record is not None and slot.record.attempt_id in tokens:
                     self._dispatcher.complete(slot, committed_by_me=False)
                     continue
-                outcome = self._check_token(d, slot)
+                outcome = self._check_token(d, tokens.get(d.envelope.attempt_id))
                 if outcome is not None:
                     ack()
                     return Delivery(outcome)
@@ -237,31 +239,29 @@ class Receiver:
             return None
         return Handoff(self.endpoint, d.partition, d.envelope.message_id, copies)
 
-    def _check_token(self, d: _Decoded, slot: Slot) -> Outcome | None:
+    def _tokens(self, d: _Decoded, slot: Slot) -> dict[str, Token]:
+        """The copy's own token and the slot record's incoming token, in one request (both
+        belong to this endpoint). A record whose token is gone is finished."""
+        wanted = [d.envelope.attempt_id]
+        if slot.record is not None:
+            wanted.append(slot.record.attempt_id)
+        return self._inbox.read_many(self.endpoint, wanted)
+
+    def _check_token(self, d: _Decoded, token: Token | None) -> Outcome | None:
         """None when the copy may be processed; otherwise why not."""
         if not self._safeguards.token_check:
             return None  # the "skip-token-check" break
-        token = self._inbox.read(self.endpoint, d.envelope.attempt_id)
         if token is not None and token.state is TokenState.LIVE:
             return None
         if token is not None and token.state is TokenState.PARKED:
             return Outcome.PARKED
         if d.envelope.payload_ref is not None:
-            self._release_payload(d, slot)
+            # Tokens are created before their payload blob and the blob is read only before
+            # the commit; with the token gone (consumed or fenced) it is garbage.
+            self._payloads.delete(d.envelope.payload_ref)
         log.debug("duplicate %s attempt %s at %s", d.envelope.message_id,
                   d.envelope.attempt_id, self.endpoint)
         return Outcome.DUPLICATE
-
-    def _release_payload(self, d: _Decoded, slot: Slot) -> None:
-        """Delete a duplicate's claim-check blob - unless a record still needs finishing.
-
-        The token is consumed before the slot is emptied, so if the slot is empty now (after
-        we saw the token gone) any record for this copy is finished and the blob is garbage.
-        """
-        assert d.envelope.payload_ref is not None
-        if self._outbox.load(d.partition).record is not None:
-            raise ClaimLost("a record in the partition must be finished first")
-        self._payloads.delete(d.envelope.payload_ref)
 
     def _run_and_commit(self, d: _Decoded, slot: Slot, body: str, dequeue_count: int,
                         ack: Callable[[], None]) -> Slot | None:

@@ -27,7 +27,8 @@ class OutboxRecord(BaseModel):
     """The incoming message a partition committed, and the messages it must send.
 
     It lives in the partition's outbox slot from the commit (atomic with the business state)
-    until the incoming token is consumed; then the slot is emptied.
+    until the partition's next commit replaces it; it is finished once the incoming token is
+    consumed.
     """
 
     model_config = ConfigDict(frozen=True)

@@ -8,8 +8,10 @@ What can be left behind, and when it is removed:
 * a claim-check blob whose token is gone or fenced - at once (tokens are created before
   their payload blob, so such a blob can never be needed again);
 * a live token nobody signalled (its sender crashed between token and signal) - once it is
-  older than ``orphan_age`` (default 7 days); a poison entry records it, so that a message whose
-  signal was merely stuck that long is not lost silently.
+  older than ``orphan_age`` (default 7 days) it is parked, with a poison entry, so that a
+  message whose signal was merely stuck that long is not lost silently. Parked, not deleted:
+  a token disappears only when its message's effect is finished (``dispatch``), and a slot's
+  record counts as finished exactly when its incoming token is gone.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from bus.protocol.poison import PoisonQueue
 @dataclass
 class SweepReport:
     fences_removed: int = 0
-    orphan_tokens_removed: int = 0
+    orphan_tokens_parked: int = 0
     payloads_removed: int = 0
 
 
@@ -53,8 +55,8 @@ class Sweeper:
                     "", reason=f"orphan inbox token: attempt {token.attempt_id} of message "
                     f"{token.message_id} was not processed within {self._orphan_age:.0f} s",
                     dequeue_count=0, now=now)
-                self._inbox.delete_if_unchanged(token)
-                report.orphan_tokens_removed += 1
+                if self._inbox.park(token, now):
+                    report.orphan_tokens_parked += 1
         for ref in self._payloads.refs():
             destination, _, attempt_id = ref.blob.partition("/")
             owner = self._inbox.read(destination, attempt_id)

@@ -109,6 +109,11 @@ class Tables(Protocol):
     def get(self, table: str, partition_key: str, row_key: str) -> Entity:
         """Raises NotFound."""
 
+    def get_many(self, table: str, partition_key: str,
+                 row_keys: Sequence[str]) -> dict[str, Entity]:
+        """The existing rows among ``row_keys`` of one partition, by row key: one request
+        (a missing row is simply absent from the result)."""
+
     def insert(self, table: str, entity: Entity) -> str:
         """Create the row; returns its ETag. Raises Conflict."""
 

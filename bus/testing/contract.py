@@ -135,6 +135,18 @@ class StorageContract:
         with pytest.raises(Conflict):
             storage.tables.transact(table, [TableOp("insert", Entity("p", "state", {}))])
 
+    def test_table_get_many_returns_the_existing_rows(self, storage: Storage,
+                                                      table: str) -> None:
+        storage.tables.create_table(table)
+        for pk, rk in (("a", "1"), ("a", "2"), ("b", "3")):
+            storage.tables.insert(table, Entity(pk, rk, {"s": f"{pk}{rk}"}))
+        found = storage.tables.get_many(table, "a", ["2", "3", "1", "x"])
+        assert {rk: e.properties["s"] for rk, e in found.items()} == {"1": "a1", "2": "a2"}
+        assert found["1"].etag == storage.tables.get(table, "a", "1").etag
+        assert storage.tables.get_many(table, "b", ["3"])["3"].properties["s"] == "b3"
+        assert storage.tables.get_many(table, "b", ["1"]) == {}
+        assert storage.tables.get_many(table, "a", []) == {}
+
     def test_table_query_partition(self, storage: Storage, table: str) -> None:
         storage.tables.create_table(table)
         for pk, rk in (("a", "1"), ("a", "2"), ("b", "1")):

@@ -212,6 +212,15 @@ class MemoryTables:
         return self._core.call("table", "get",
                                lambda: self._row(self._get(table), partition_key, row_key))
 
+    def get_many(self, table: str, partition_key: str,
+                 row_keys: Sequence[str]) -> dict[str, Entity]:
+        def pick() -> dict[str, Entity]:
+            rows = self._get(table)
+            return {rk: rows[(partition_key, rk)] for rk in row_keys
+                    if (partition_key, rk) in rows}
+
+        return self._core.call("table", "get_many", pick)
+
     def insert(self, table: str, entity: Entity) -> str:
         return self._core.call("table", "insert",
                                lambda: self._apply(self._get(table), TableOp("insert", entity)))
