@@ -7,6 +7,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from bus.addressing import Addressing
 from bus.endpoint import Endpoint
+from bus.envelope import Envelope
+from bus.hosting.retry import transient_retries
 from bus.ids import IdFactory, random_id
 from bus.messages import Command, Event, Message
 from bus.naming import Names
@@ -14,6 +16,7 @@ from bus.protocol.courier import Courier
 from bus.protocol.dispatch import Dispatcher
 from bus.protocol.driver import OutboxDriver
 from bus.protocol.inbox import Inbox
+from bus.protocol.ledger import Ledger
 from bus.protocol.outbox import Outbox
 from bus.protocol.payloads import Payloads
 from bus.protocol.poison import PoisonQueue
@@ -58,6 +61,10 @@ class Bus:
         self._sender = Sender(courier=self.courier, new_id=new_id, sleep=sleep,
                               attempts=self.settings.send_attempts)
         self._receivers: dict[str, Receiver] = {}
+        self._sleep = sleep
+        self.ledger = Ledger(tables=storage.tables, table=self.names.ledger_table,
+                             dispatcher_for=self._dispatcher, clock=clock, new_id=new_id,
+                             safeguards=self.safeguards)
 
     # -- set-up -----------------------------------------------------------------------------
     def provision(self) -> None:
@@ -67,6 +74,7 @@ class Bus:
         """
         queues, blobs, tables = self.storage.queues, self.storage.blobs, self.storage.tables
         tables.create_table(self.names.tokens_table)
+        tables.create_table(self.names.ledger_table)
         blobs.create_container(self.names.payload_container)
         blobs.create_container(self.names.topic_container)
         for name in self.topology.endpoints:
@@ -92,11 +100,41 @@ class Bus:
     def _send(self, message: Message, to: str | None, message_id: str | None,
               correlation_id: str | None, headers: Mapping[str, str] | None) -> str:
         message_id = message_id or self.new_id()
-        envelopes = self.addressing(self.settings.client_name).envelopes(
+        self._sender.send(self._envelopes(message, to, message_id, correlation_id, headers))
+        return message_id
+
+    def send_once(self, command: Command, *, message_id: str, to: str | None = None,
+                  correlation_id: str | None = None,
+                  headers: Mapping[str, str] | None = None) -> bool:
+        """Send a command unless a call with the same ``message_id`` already did.
+
+        Safe to call again after a crash, a timeout or from a re-run job: the send ledger
+        (``bus.protocol.ledger``) makes the message's effect happen once per message id within
+        ``Settings.ledger_retention_seconds``. Returns True when this call recorded the message,
+        False when an earlier call had (then this call finished whatever was left).
+        """
+        return self._send_once(command, to, message_id, correlation_id, headers)
+
+    def publish_once(self, event: Event, *, message_id: str,
+                     correlation_id: str | None = None,
+                     headers: Mapping[str, str] | None = None) -> bool:
+        """Publish an event unless a call with the same ``message_id`` already did (see
+        ``send_once``). The subscribers are those of the first call."""
+        return self._send_once(event, None, message_id, correlation_id, headers)
+
+    def _send_once(self, message: Message, to: str | None, message_id: str,
+                   correlation_id: str | None, headers: Mapping[str, str] | None) -> bool:
+        # The envelopes are built once: a retry must record the same copies.
+        envelopes = self._envelopes(message, to, message_id, correlation_id, headers)
+        retrying = transient_retries(self.settings.send_attempts, sleep=self._sleep)
+        return bool(retrying(self.ledger.send, message_id, envelopes))
+
+    def _envelopes(self, message: Message, to: str | None, message_id: str,
+                   correlation_id: str | None,
+                   headers: Mapping[str, str] | None) -> list[Envelope]:
+        return self.addressing(self.settings.client_name).envelopes(
             message, message_id=message_id, correlation_id=correlation_id or message_id,
             causation_id=None, headers=headers, to=to)
-        self._sender.send(envelopes)
-        return message_id
 
     # -- receiving -------------------------------------------------------------------------
     def receiver(self, endpoint: str) -> Receiver:
@@ -112,8 +150,11 @@ class Bus:
 
     def _outbox(self, endpoint: str) -> tuple[Outbox, Dispatcher]:
         outbox = Outbox(self.storage.tables, self.names.state_table(endpoint))
-        return outbox, Dispatcher(courier=self.courier, outbox=outbox, new_id=self.new_id,
-                                  safeguards=self.safeguards)
+        return outbox, self._dispatcher(outbox)
+
+    def _dispatcher(self, outbox: Outbox) -> Dispatcher:
+        return Dispatcher(courier=self.courier, outbox=outbox, new_id=self.new_id,
+                          safeguards=self.safeguards)
 
     def _build_receiver(self, endpoint: Endpoint) -> Receiver:
         table = self.names.state_table(endpoint.name)

@@ -6,7 +6,8 @@ A program that does not use ``bus`` can compute the same names (see docs/envelop
   replaced by one ``-``, trimmed of ``-``; with a prefix ``p``: ``p-e``. Longer than 56
   characters: cut to 47 and followed by ``-`` and 8 hex digits of SHA-1 of the full name.
 * poison queue: the queue name followed by ``-poison`` (the Azure Functions convention).
-* state table of ``e``: ``<p>state<e with only a-z0-9 kept>``; inbox tokens: ``<p>bustokens``.
+* state table of ``e``: ``<p>state<e with only a-z0-9 kept>``; inbox tokens: ``<p>bustokens``;
+  the send ledger (``Bus.send_once``): ``<p>busledger``.
 * containers: ``<p>-bus-payloads`` (claim checks) and ``<p>-bus-topics`` (recipient lists).
 """
 
@@ -74,6 +75,11 @@ class Names:
     def state_table(self, endpoint: str) -> str:
         check_endpoint(endpoint)
         return _shorten(f"{self.prefix}state{_alnum(endpoint)}", 63, "x")
+
+    @property
+    def ledger_table(self) -> str:
+        """Idempotent client sends (``Bus.send_once``): one row per message id."""
+        return f"{self.prefix}busledger"
 
     @property
     def tokens_table(self) -> str:

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import base64
 import threading
+from collections.abc import Callable
 
 import pytest
 
 from bus import Bus, Settings
 from bus.adapters.azure import AzureStorage
+from bus.adapters.memory import Fault
 from bus.protocol.inbox import TokenState
 from bus.protocol.poison import PoisonEntry
 from bus.storage import Storage
 from bus.testing import InMemoryStorage
-from tests.orderflow import Flaky, PlaceOrder, build, drain, state
+from tests.orderflow import Flaky, OrderPlaced, PlaceOrder, build, drain, state
 
 
 @pytest.fixture(params=["memory", pytest.param("azurite", marks=pytest.mark.azurite)])
@@ -134,3 +136,71 @@ def test_concurrent_subscribes_are_never_lost(storage: Storage, prefix: str) -> 
     assert sorted(bus.topics.subscribers("Race")) == sorted(names)
     bus.topics.unsubscribe("Race", "sub3")
     assert "sub3" not in bus.topics.subscribers("Race")
+
+
+class _FailOnce:
+    """Fault hooks: the first call of ``operation`` loses its response after taking effect -
+    the caller cannot know whether it happened, as after a crash or a timeout."""
+
+    def __init__(self, service: str, operation: str) -> None:
+        self.target, self.fired = (service, operation), False
+
+    def now(self) -> float:
+        import time
+
+        return time.monotonic()
+
+    def before_call(self, service: str, operation: str) -> Fault | None:
+        if (service, operation) == self.target and not self.fired:
+            self.fired = True
+            return Fault.FAIL_AFTER
+        return None
+
+    def defer(self, effect: Callable[[], None]) -> None:  # pragma: no cover - no ghosts here
+        effect()
+
+
+def test_send_once_sends_a_message_id_once_across_calls(storage: Storage, prefix: str) -> None:
+    bus = build(storage, prefix)
+    command = PlaceOrder(order_id="o1", amount=5)
+    assert bus.send_once(command, message_id="job-7-row-1") is True
+    assert bus.send_once(command, message_id="job-7-row-1") is False  # a re-run: nothing new
+    assert bus.storage.queues.depth(bus.names.queue("orders")) == 1
+    drain(bus)
+    assert state(bus, "billing", "o1", "seen") == {"times": 1, "amount": 5}
+    assert bus.send_once(command, message_id="job-7-row-1") is False  # after processing too
+    assert drain(bus)["orders"] == {}
+    assert leftovers(bus) == []
+
+
+@pytest.mark.parametrize("where", [("queue", "send"), ("table", "insert"), ("table", "replace")])
+def test_send_once_finishes_what_an_interrupted_call_left(where: tuple[str, str]) -> None:
+    # The first call dies at the queue send, the token create or the phase update (response
+    # lost after the effect); calling again finishes the job, and the effect happens once.
+    from bus.storage import StorageError
+
+    hooks = _FailOnce(*where)
+    bus = build(InMemoryStorage(hooks=hooks), "p", settings=Settings(send_attempts=1))
+    with pytest.raises(StorageError):
+        bus.send_once(PlaceOrder(order_id="o2", amount=9), message_id="m-2")
+    assert hooks.fired
+    assert bus.send_once(PlaceOrder(order_id="o2", amount=9), message_id="m-2") is False
+    outcomes = drain(bus)
+    assert state(bus, "shipping", "o2", "seen") == {"times": 1, "amount": 9}
+    assert outcomes["orders"].get("processed") == 1
+    # A token whose create looked failed was superseded: only its tombstone (fence) remains,
+    # until the sweeper's ghost horizon.
+    fences = [t for t in bus.inbox.all() if t.state is TokenState.FENCED]
+    assert len(fences) == (where == ("table", "insert"))
+    assert leftovers(bus) == [f"token {t.endpoint}/{t.attempt_id}" for t in fences]
+
+
+def test_send_once_forgets_after_the_retention_window() -> None:
+    clock = [1000.0]
+    bus = build(InMemoryStorage(), "p", clock=lambda: clock[0])
+    bus.publish_once(OrderPlaced(order_id="o3", amount=1), message_id="e-3")
+    clock[0] += 10
+    assert bus.ledger.forget(older_than=60) == 0
+    clock[0] += 100
+    assert bus.ledger.forget(older_than=60) == 1
+    assert bus.publish_once(OrderPlaced(order_id="o3", amount=1), message_id="e-3") is True

@@ -65,11 +65,15 @@ class Dispatcher:
         """Steps 5-6, once every signal was sent at least once."""
         record = slot.record
         assert record is not None and (record.phase is Phase.SENDING or not record.outgoing)
-        for attempt in record.superseded:
-            self._courier.fence(attempt.destination, attempt.attempt_id, record.message_id)
+        self.fence_superseded(record)
         self._courier.inbox.consume(record.endpoint, record.attempt_id)
         if record.payload_ref is not None:
             self._courier.payloads.delete(record.payload_ref)
+
+    def fence_superseded(self, record: OutboxRecord) -> None:
+        """Step 5: tombstones for the attempt ids step 1 replaced (none were signalled)."""
+        for attempt in record.superseded:
+            self._courier.fence(attempt.destination, attempt.attempt_id, record.message_id)
 
     def is_finished(self, record: OutboxRecord) -> bool:
         """Whether ``record`` was finished (its incoming token is gone). One read."""

@@ -13,6 +13,7 @@ from bus.envelope import Envelope, PayloadRef
 class Phase(str, enum.Enum):
     COMMITTED = "committed"  # state written; tokens of the current attempt ids may not exist
     SENDING = "sending"  # every token (and payload blob) of the current attempt ids exists
+    DONE = "done"  # ledger records only (``ledger``): every signal sent, superseded fenced
 
 
 class Attempt(BaseModel):
@@ -56,3 +57,6 @@ class OutboxRecord(BaseModel):
 
     def sending(self) -> OutboxRecord:
         return self.model_copy(update={"phase": Phase.SENDING})
+
+    def done(self) -> OutboxRecord:
+        return self.model_copy(update={"phase": Phase.DONE})

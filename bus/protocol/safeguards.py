@@ -19,6 +19,8 @@ class Safeguards:
     """Delete the queue message only after the outbox record is committed and dispatched."""
     token_check: bool = True
     """Process a message only while its inbox token exists."""
+    send_ledger: bool = True
+    """``send_once`` looks a message id up in the send ledger before sending it."""
 
 
 BREAKS: dict[str, tuple[Safeguards, str]] = {
@@ -30,4 +32,6 @@ BREAKS: dict[str, tuple[Safeguards, str]] = {
                           "delete the queue message before the handler's commit"),
     "skip-token-check": (Safeguards(token_check=False),
                          "process a message without checking its inbox token"),
+    "forget-sent": (Safeguards(send_ledger=False),
+                    "send_once records every call as a new message (no ledger lookup)"),
 }

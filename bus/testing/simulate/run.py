@@ -15,6 +15,7 @@ from bus.hosting.worker import Worker
 from bus.protocol.inbox import TokenState
 from bus.protocol.outbox import Outbox
 from bus.protocol.poison import PoisonEntry
+from bus.protocol.records import Phase
 from bus.protocol.safeguards import Safeguards
 from bus.storage import StorageError
 from bus.testing.simulate.workload import EXPECTED, LARGE, Knobs, Start, build
@@ -48,9 +49,12 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
     bus.provision()
     roots = rng.randint(2, 6)
     garbage = _garbage(bus, world, rng.randint(0, 2))
-    # The client does not crash: a sender without an outbox that re-sends after a crash sends
-    # twice, by design (see bus.protocol.send). Its storage calls still fail in every way.
-    client = Actor("client", _client(bus, world, roots, garbage), crashable=False)
+    # A client using ``send`` must not crash: without the send ledger, re-sending after a crash
+    # sends twice, by design (see bus.protocol.send). With ``send_once`` (half of the runs) it
+    # crashes like everyone else and starts over from its first message. Its storage calls
+    # fail in every way either way.
+    once = rng.random() < 0.5
+    client = Actor("client", _client(bus, world, roots, garbage, once), crashable=once)
     world.spawn(client)
     for endpoint in bus.topology.endpoints:
         for index in range(rng.randint(2, 3)):
@@ -79,11 +83,14 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
 
 # -- actors -------------------------------------------------------------------------------------
 def _client(bus: Bus, world: World, roots: int,
-            garbage: list[tuple[str, Envelope | None]]) -> Callable[[], None]:
+            garbage: list[tuple[str, Envelope | None]], once: bool) -> Callable[[], None]:
     def send_all() -> None:
         for root in range(roots):
             pad = "x" * LARGE if world.rng.random() < 0.3 else ""
-            bus.send(Start(root=root, pad=pad), message_id=f"root{root}")
+            if once:
+                bus.send_once(Start(root=root, pad=pad), message_id=f"root{root}")
+            else:
+                bus.send(Start(root=root, pad=pad), message_id=f"root{root}")
         for body, envelope in garbage:
             if envelope is not None:  # a well-formed envelope of an unknown type, with a token
                 _until_ok(world, lambda e=envelope: bus.inbox.create(  # type: ignore[misc]
@@ -179,6 +186,10 @@ def _left_behind(bus: Bus, storage: InMemoryStorage) -> list[str]:
                 violations.append(f"left behind: unfinished outbox record in {endpoint}/"
                                   f"{slot.partition}")
     violations.extend(f"left behind: payload blob {ref.blob}" for ref in bus.payloads.refs())
+    ledger = Outbox(storage.tables, bus.names.ledger_table)
+    violations.extend(f"left behind: ledger record {slot.partition} in phase "
+                      f"{slot.record.phase.value}" for slot in ledger.pending()
+                      if slot.record is not None and slot.record.phase is not Phase.DONE)
     return violations
 
 
