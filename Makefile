@@ -5,12 +5,13 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 SIM_RUNS ?= 300
 
-.PHONY: help setup lint test sim demo devhost clean lock
+.PHONY: help setup lint test sim demo devhost clean lock infra-check
 
 help:
 	@echo "make test   - set up (venv, pinned deps, Azurite) and run lint, types and every test"
 	@echo "make demo   - the main job: 1,000 orders through the Functions app on Azurite, checked"
 	@echo "make sim    - the deterministic simulation: SIM_RUNS=2000 make sim"
+	@echo "make infra-check - offline checks of infra/ (topology in sync, checkov, Bicep structure)"
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +43,18 @@ demo: setup
 devhost: setup
 	$(PY) -m devhost
 
+# Offline checks of infra/: topology.json in sync with the app, checkov over the Bicep (in its
+# own venv, so its pins cannot clash with the app's), the Bicep's structure (tests/infra).
+# The last line printed is a JSON summary; non-zero exit when any check fails.
+INFRA_VENV := .venv-infra
+$(INFRA_VENV)/.installed: requirements-infra.txt
+	$(PYTHON) -m venv $(INFRA_VENV)
+	$(INFRA_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-infra.txt
+	touch $@
+
+infra-check: $(BIN)/.installed $(INFRA_VENV)/.installed
+	$(PY) -m bus.operations.infra_check --checkov $(INFRA_VENV)/bin/checkov
+
 # Regenerate the pins of requirements*.txt from a clean venv (needs the registry).
 lock:
 	rm -rf /tmp/bus-lock && $(PYTHON) -m venv /tmp/bus-lock
@@ -49,4 +62,4 @@ lock:
 	/tmp/bus-lock/bin/pip freeze
 
 clean:
-	rm -rf $(VENV) node_modules .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(INFRA_VENV) node_modules .mypy_cache .ruff_cache .pytest_cache

@@ -88,7 +88,14 @@ class AppConfig:
         if value:
             return AzureStorage.from_connection_string(value)
         account = self.environ[f"{self.connection}__accountName"]
-        return AzureStorage.from_account(account)
+        client_id = self.environ.get(f"{self.connection}__clientId")
+        if not client_id:
+            return AzureStorage.from_account(account)
+        # A user-assigned identity, named the way the Functions host reads it.
+        from azure.identity import DefaultAzureCredential
+
+        credential = DefaultAzureCredential(managed_identity_client_id=client_id)
+        return AzureStorage.from_account(account, credential)
 
 
 def _has_connection(env: Mapping[str, str], name: str) -> bool:

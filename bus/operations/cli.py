@@ -1,0 +1,123 @@
+"""``python -m bus``: commands for the people who deploy and operate a bus.
+
+    python -m bus topology export [--app function_app] [--out infra/topology.json] [--prefix P]
+    python -m bus topology show   [--app function_app]
+    python -m bus topology check  [--app function_app] [--file infra/topology.json]
+
+Exit codes: 0 done, 1 the check found a difference, 2 wrong usage or an app that cannot load.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import click
+
+from bus.bus import Bus
+from bus.endpoint import ConfigurationError
+from bus.naming import NamingError
+from bus.operations.apps import DEFAULT_APP, AppError, load_bus
+from bus.operations.topology_file import DEFAULT_PATH, TopologyFile, drift
+
+F = TypeVar("F", bound=Callable[..., object])
+
+
+class UsageProblem(click.ClickException):
+    """A problem the user fixes by changing the command or the app: exit code 2."""
+
+    exit_code = 2
+
+
+def app_option(command: F) -> F:
+    """``--app``: the module (or ``module:attribute``) that defines the bus."""
+    return click.option(
+        "--app", default=DEFAULT_APP, show_default=True, metavar="MODULE[:NAME]",
+        help="Module that defines the bus (a Bus or BusFunctions at module level), imported "
+             "from the current directory.")(command)
+
+
+def _load(app: str) -> Bus:
+    try:
+        return load_bus(app, offline=True)
+    except AppError as exc:
+        raise UsageProblem(str(exc)) from exc
+
+
+def _describe(app: str, prefix: str | None) -> TopologyFile:
+    try:
+        return TopologyFile.from_bus(_load(app), app=app, prefix=prefix)
+    except (ConfigurationError, NamingError) as exc:
+        raise UsageProblem(str(exc)) from exc
+
+
+@click.group()
+def main() -> None:
+    """Operate an exactly-once bus on Azure Storage."""
+
+
+@main.group()
+def topology() -> None:
+    """The app's endpoints, topics and storage names, and the file infra/ deploys them from."""
+
+
+@topology.command("export")
+@app_option
+@click.option("--out", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+              default=DEFAULT_PATH, show_default=True, help="File to write ('-': stdout).")
+@click.option("--prefix", default=None,
+              help="Resource-name prefix of the deployment (BUS_PREFIX there). "
+                   "Default: the app's BUS_PREFIX, normally empty.")
+def export_command(app: str, out: Path, prefix: str | None) -> None:
+    """Write the topology file that infra/main.bicep deploys."""
+    text = _describe(app, prefix).to_json()
+    if str(out) == "-":
+        click.echo(text, nl=False)
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    click.echo(f"wrote {out}")
+
+
+@topology.command("show")
+@app_option
+@click.option("--prefix", default=None, help="Resource-name prefix (default: the app's).")
+def show_command(app: str, prefix: str | None) -> None:
+    """Print the endpoints, their storage and the topics' subscribers."""
+    described = _describe(app, prefix)
+    click.echo(f"app {described.app}, prefix {described.prefix or '(none)'}")
+    rows = [("endpoint", "queue", "poison queue", "state table")]
+    rows += [(e.name, e.queue, e.poison_queue, e.state_table) for e in described.endpoints]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        click.echo(("  " + "  ".join(cells)).rstrip())
+    click.echo(f"tables {', '.join(described.tables)}; "
+               f"containers {', '.join(described.containers)}")
+    for topic in described.topics:
+        click.echo(f"topic {topic.topic} -> {', '.join(topic.subscribers)}  "
+                   f"({described.topic_container}/{topic.blob})")
+    for message_type, endpoint in described.routes.items():
+        click.echo(f"command {message_type} -> {endpoint}")
+
+
+@topology.command("check")
+@app_option
+@click.option("--file", "path", type=click.Path(dir_okay=False, path_type=Path),
+              default=DEFAULT_PATH, show_default=True, help="The committed topology file.")
+def check_command(app: str, path: Path) -> None:
+    """Exit 1 when the topology file is stale relative to the app (and show the diff)."""
+    try:
+        result = drift(_load(app), path, app=app)
+    except (ConfigurationError, NamingError) as exc:
+        raise UsageProblem(str(exc)) from exc
+    if result.in_sync:
+        click.echo(f"{path} is in sync with {app}")
+        return
+    click.echo(result.diff(), err=True, nl=False)
+    state = "is missing" if result.committed is None else "is stale"
+    click.echo(f"{path} {state}: run `python -m bus topology export --app {app} --out {path}` "
+               "and commit it", err=True)
+    sys.exit(1)

@@ -1,0 +1,155 @@
+// The whole app in one resource group: storage (queues, tables, containers and topic files of the
+// bus, from topology.json), the Functions app on Flex Consumption with a managed identity and
+// least-privilege roles, Application Insights with Log Analytics.
+//
+//   python -m bus topology export          # after changing endpoints or subscriptions
+//   az deployment group create -g <rg> -f infra/main.bicep -p infra/main.parameters.json
+//
+// Every module is a local file, so `make infra-check` checks every resource offline.
+
+targetScope = 'resourceGroup'
+
+@minLength(1)
+@maxLength(64)
+@description('Name of the environment (dev, test, prod): seeds the resource names and tags every resource.')
+param environmentName string
+
+@description('Region of every resource: one where the Flex Consumption plan is offered.')
+param location string = resourceGroup().location
+
+@description('Storage replication. Zone- or geo-redundant: the queues and tables hold the messages and the exactly-once state.')
+@allowed(['Standard_ZRS', 'Standard_GRS', 'Standard_RAGRS', 'Standard_GZRS', 'Standard_RAGZRS'])
+param storageSku string = 'Standard_GZRS'
+
+@description('Flex Consumption: most instances the app scales out to.')
+@minValue(1)
+@maxValue(1000)
+param maximumInstanceCount int = 100
+
+@description('Flex Consumption: memory of each instance.')
+@allowed([512, 2048, 4096])
+param instanceMemoryMB int = 2048
+
+@description('Flex Consumption: spread instances over availability zones (only in regions that offer it; bills at least two always-ready instances per scaling group).')
+param zoneRedundant bool = false
+
+@description('BUS_ENDPOINTS: comma-separated endpoints this app runs; empty for all of them.')
+param busEndpoints string = ''
+
+@description('BUS_INLINE_DISPATCH_MAX: fan-outs up to this size are dispatched inside the trigger.')
+@minValue(0)
+param inlineDispatchMax int = 4
+
+@description('BUS_STALLED_OUTBOX_SECONDS: maintenance finishes outbox records older than this.')
+@minValue(1)
+param stalledOutboxSeconds int = 600
+
+@description('Optional: object id of a user, group or service principal that runs the local tools or Spark jobs against the bus (gets queue, blob and table data roles).')
+param operatorPrincipalId string = ''
+
+@allowed(['User', 'Group', 'ServicePrincipal'])
+param operatorPrincipalType string = 'User'
+
+var abbrs = loadJsonContent('abbreviations.json')
+var topology = loadJsonContent('topology.json')
+var resourceToken = toLower(uniqueString(subscription().id, resourceGroup().id, environmentName, location))
+var tags = {
+  'azd-env-name': environmentName
+  app: 'eobus'
+}
+var functionAppName = '${abbrs.webSitesFunctions}${resourceToken}'
+
+resource appIdentity 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' = {
+  name: '${abbrs.managedIdentityUserAssignedIdentities}app-${resourceToken}'
+  location: location
+  tags: tags
+}
+
+resource topicsIdentity 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' = {
+  name: '${abbrs.managedIdentityUserAssignedIdentities}topics-${resourceToken}'
+  location: location
+  tags: tags
+}
+
+module monitoring 'app/monitoring.bicep' = {
+  name: 'monitoring'
+  params: {
+    logAnalyticsName: '${abbrs.operationalInsightsWorkspaces}${resourceToken}'
+    applicationInsightsName: '${abbrs.insightsComponents}${resourceToken}'
+    location: location
+    tags: tags
+  }
+}
+
+module storage 'app/storage.bicep' = {
+  name: 'storage'
+  params: {
+    name: '${abbrs.storageStorageAccounts}${resourceToken}'
+    location: location
+    tags: tags
+    skuName: storageSku
+    deploymentContainerName: 'app-package-${resourceToken}'
+  }
+}
+
+module rbac 'app/rbac.bicep' = {
+  name: 'rbac'
+  params: {
+    storageAccountName: storage.outputs.name
+    topicContainerName: storage.outputs.topicContainerName
+    applicationInsightsName: monitoring.outputs.applicationInsightsName
+    appPrincipalId: appIdentity.properties.principalId
+    topicsPrincipalId: topicsIdentity.properties.principalId
+    operatorPrincipalId: operatorPrincipalId
+    operatorPrincipalType: operatorPrincipalType
+  }
+}
+
+module functionApp 'app/function.bicep' = {
+  name: 'functionApp'
+  params: {
+    name: functionAppName
+    planName: '${abbrs.webServerFarms}${resourceToken}'
+    location: location
+    tags: union(tags, { 'azd-service-name': 'bus' })
+    identityId: appIdentity.id
+    identityClientId: appIdentity.properties.clientId
+    storageAccountName: storage.outputs.name
+    deploymentContainerName: storage.outputs.deploymentContainerName
+    applicationInsightsConnectionString: monitoring.outputs.connectionString
+    busPrefix: topology.prefix
+    busEndpoints: busEndpoints
+    inlineDispatchMax: inlineDispatchMax
+    stalledOutboxSeconds: stalledOutboxSeconds
+    maximumInstanceCount: maximumInstanceCount
+    instanceMemoryMB: instanceMemoryMB
+    zoneRedundant: zoneRedundant
+  }
+  // Start the app once its identity holds its roles.
+  dependsOn: [rbac]
+}
+
+module topics 'app/topics.bicep' = {
+  name: 'topics'
+  params: {
+    name: '${abbrs.resourcesDeploymentScripts}topics-${resourceToken}'
+    location: location
+    tags: tags
+    identityId: topicsIdentity.id
+    storageAccountName: storage.outputs.name
+  }
+  dependsOn: [rbac]
+}
+
+output AZURE_LOCATION string = location
+output AZURE_TENANT_ID string = tenant().tenantId
+output AZURE_RESOURCE_GROUP string = resourceGroup().name
+output AZURE_STORAGE_ACCOUNT_NAME string = storage.outputs.name
+output AZURE_STORAGE_BLOB_ENDPOINT string = storage.outputs.blobEndpoint
+output AZURE_STORAGE_QUEUE_ENDPOINT string = storage.outputs.queueEndpoint
+output AZURE_STORAGE_TABLE_ENDPOINT string = storage.outputs.tableEndpoint
+output AZURE_FUNCTION_APP_NAME string = functionApp.outputs.name
+output AZURE_FUNCTION_APP_CLIENT_ID string = appIdentity.properties.clientId
+output APPLICATIONINSIGHTS_CONNECTION_STRING string = monitoring.outputs.connectionString
+output BUS_PREFIX string = topology.prefix
+output BUS_TOPIC_COUNT int = topics.outputs.topicCount

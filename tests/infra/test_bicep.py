@@ -1,0 +1,383 @@
+"""The Bicep, read offline (pycep-parser): what it declares, checked against topology.json.
+
+No Bicep compiler runs here, so these tests also do the compiler's share that matters most:
+module parameters line up, outputs reference things that exist.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.infra.bicep import (
+    INFRA,
+    MAIN,
+    TOPOLOGY,
+    Resource,
+    app_settings,
+    chain,
+    function,
+    is_ref,
+    loaded_json,
+    modules,
+    parse,
+    resources,
+    topology,
+    variable,
+)
+
+STORAGE = INFRA / "app" / "storage.bicep"
+RBAC = INFRA / "app" / "rbac.bicep"
+FUNCTION = INFRA / "app" / "function.bicep"
+TOPICS = INFRA / "app" / "topics.bicep"
+MONITORING = INFRA / "app" / "monitoring.bicep"
+
+QUEUE = "Microsoft.Storage/storageAccounts/queueServices/queues"
+TABLE = "Microsoft.Storage/storageAccounts/tableServices/tables"
+CONTAINER = "Microsoft.Storage/storageAccounts/blobServices/containers"
+ROLE_ASSIGNMENT = "Microsoft.Authorization/roleAssignments"
+
+QUEUE_DATA_CONTRIBUTOR = "974c5e8b-45b9-4653-ba55-5f855dd0fb88"
+BLOB_DATA_OWNER = "b7e6dc6d-f1e8-4753-8033-0f276bb0955b"
+TABLE_DATA_CONTRIBUTOR = "0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3"
+BLOB_DATA_CONTRIBUTOR = "ba92f5b4-2d11-453d-a403-e96b0029c9fe"
+MONITORING_METRICS_PUBLISHER = "3913510d-42f4-4e42-8a64-420c390055eb"
+
+
+def test_every_bicep_file_parses_and_every_module_is_a_local_file() -> None:
+    files = sorted(INFRA.rglob("*.bicep"))
+    assert len(files) >= 6
+    for path in files:
+        parse(path)
+    for symbol, (path, _) in modules(MAIN).items():
+        assert path.exists(), f"module {symbol}: {path} does not exist"
+    assert not re.search(r"'(br|ts)[:/]", MAIN.read_text()), "registry modules cannot be checked"
+
+
+def test_topology_is_loaded_from_the_generated_file() -> None:
+    for path in (MAIN, STORAGE, TOPICS):
+        assert loaded_json(path, "topology") == TOPOLOGY.resolve(), path
+
+
+# -- every queue, poison queue, table and container of the topology ------------------------
+
+# (what, resource type, array of topology.json looped over, field of its items; None: the item)
+DECLARED = [
+    ("queue", QUEUE, "endpoints", "queue"),
+    ("poison queue", QUEUE, "endpoints", "poisonQueue"),
+    ("state table", TABLE, "endpoints", "stateTable"),
+    ("bus-wide table", TABLE, "tables", None),
+    ("container", CONTAINER, "containers", None),
+]
+
+
+def declares(declared: dict[str, Resource], type_: str, array: str, field: str | None) -> bool:
+    """Whether a resource of ``type_`` is declared for every item of ``topology.<array>``:
+    a loop over it, named ``<item>.<field>`` (or ``<item>``)."""
+    for resource in declared.values():
+        if resource.type != type_ or resource.existing or resource.loop_item is None:
+            continue
+        name = (resource.loop_item,) if field is None else (resource.loop_item, field)
+        try:
+            declared_name = chain(resource.body["name"])
+        except ValueError:
+            continue  # a name computed otherwise: not from the topology
+        if resource.loop_source == ("topology", array) and declared_name == name:
+            return True
+    return False
+
+
+def undeclared(declared: dict[str, Resource]) -> list[str]:
+    return [what for what, type_, array, field in DECLARED
+            if not declares(declared, type_, array, field)]
+
+
+def test_every_queue_poison_queue_table_and_container_of_the_topology_is_declared() -> None:
+    assert undeclared(resources(STORAGE)) == []
+    names = topology()
+    for _, _, array, field in DECLARED:
+        values = [item if field is None else item[field] for item in names[array]]
+        assert values and all(isinstance(v, str) and v for v in values), (array, field)
+    assert {names["payloadContainer"], names["topicContainer"]} <= set(names["containers"])
+
+
+@pytest.mark.parametrize("removed", ["poisonQueues", "stateTables", "busTables", "busContainers"])
+def test_the_check_notices_a_missing_resource(removed: str) -> None:
+    declared = dict(resources(STORAGE))
+    del declared[removed]
+    assert undeclared(declared)
+
+
+def test_queues_tables_and_containers_hang_off_the_storage_account() -> None:
+    declared = resources(STORAGE)
+    for resource in declared.values():
+        if resource.type in (QUEUE, TABLE, CONTAINER):
+            service = declared[chain(resource.body["parent"])[0]]
+            assert resource.type.startswith(service.type + "/"), resource.symbol
+            account = declared[chain(service.body["parent"])[0]]
+            assert account.type == "Microsoft.Storage/storageAccounts"
+            if resource.type == CONTAINER:
+                assert resource.body["properties"]["publicAccess"] == "None", resource.symbol
+
+
+def test_storage_account_is_https_only_tls12_private_and_keyless() -> None:
+    account = resources(STORAGE)["storage"].body["properties"]
+    assert account["supportsHttpsTrafficOnly"] is True
+    assert account["minimumTlsVersion"] == "TLS1_2"
+    assert account["allowBlobPublicAccess"] is False
+    assert account["allowSharedKeyAccess"] is False
+    assert account["defaultToOAuthAuthentication"] is True
+
+
+# -- topic files ---------------------------------------------------------------------------
+
+def test_topic_files_are_written_from_the_topology_by_a_keyless_script() -> None:
+    lines = variable(TOPICS, "topicLines")
+    assert chain(lines["loop_type"]["detail"]["array_name"]) == ("topology", "topics")
+    item = lines["loop_type"]["detail"]["item_name"]
+    assert lines["config"] == f"${{{item}.blob}} ${{base64({item}.content)}}"
+    script = resources(TOPICS)["writeTopics"]
+    assert script.type == "Microsoft.Resources/deploymentScripts"
+    assert script.body["kind"] == "AzureCLI"
+    assert script.body["identity"]["type"] == "UserAssigned"
+    settings = script.body["properties"]
+    environment = {e["name"]: e["value"] for e in settings["environmentVariables"]}
+    assert chain(environment["CONTAINER"]) == ("topology", "topicContainer")
+    assert function(environment["TOPICS"]) == ("join", {"input_array": "topicLines",
+                                                         "delimiter": "\\n"})
+    assert function(settings["scriptContent"]) == ("load_text_content",
+                                                   {"file_path": "topics.sh", "encoding": None})
+    assert "--auth-mode login" in (TOPICS.parent / "topics.sh").read_text()
+
+
+# -- identities and roles ------------------------------------------------------------------
+
+def role_ids() -> dict[str, str]:
+    """rbac.bicep's role-id variables; each must carry a comment naming the role."""
+    text = RBAC.read_text()
+    found = {}
+    for name, role_id, comment in re.findall(
+            r"^var (\w+) = '([0-9a-f-]{36})'(?: *// *(.*))?$", text, flags=re.MULTILINE):
+        assert comment, f"role id {name} = {role_id} has no comment saying which role it is"
+        found[name] = role_id
+    return found
+
+
+def assignments_of(principal: str) -> dict[str, set[str]]:
+    """Role ids assigned to the principal parameter ``principal``, by scope symbol."""
+    ids = role_ids()
+    granted: dict[str, set[str]] = {}
+    for resource in resources(RBAC).values():
+        if resource.type != ROLE_ASSIGNMENT or resource.body["properties"]["principalId"] \
+                != principal:
+            continue
+        role = resource.body["properties"]["roleDefinitionId"]
+        name, arguments = function(role) or ("", {})
+        assert name == "subscription_resource_id", resource.symbol
+        assert arguments["resource_type"] == "Microsoft.Authorization/roleDefinitions"
+        if resource.loop_source:  # a loop over a variable listing role-id variables
+            roles = variable(RBAC, resource.loop_source[0])
+            granted_ids = {ids[r] for r in _ternary_arrays(roles)}
+        else:
+            granted_ids = {ids[arguments["resource_name_1"]]}
+        granted.setdefault(chain(resource.body["scope"])[0], set()).update(granted_ids)
+    return granted
+
+
+def _ternary_arrays(value: Any) -> list[str]:
+    """The role-id variable names of an array, or of both branches of ``cond ? [] : [...]``."""
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    operator = value["operator"]
+    assert operator["type"] == "conditional", value
+    operands = operator["operands"]
+    return [str(v) for branch in ("true_value", "false_value") for v in operands[branch]]
+
+
+def test_the_apps_identity_holds_exactly_the_three_data_roles_and_telemetry() -> None:
+    granted = assignments_of("appPrincipalId")
+    assert granted == {
+        "storage": {QUEUE_DATA_CONTRIBUTOR, BLOB_DATA_OWNER, TABLE_DATA_CONTRIBUTOR},
+        "applicationInsights": {MONITORING_METRICS_PUBLISHER},
+    }
+    declared = resources(RBAC)
+    assert declared["storage"].type == "Microsoft.Storage/storageAccounts"
+    assert declared["applicationInsights"].type == "Microsoft.Insights/components"
+
+
+def test_an_operator_gets_the_data_roles_without_blob_ownership() -> None:
+    assert assignments_of("operatorPrincipalId") == {
+        "storage": {QUEUE_DATA_CONTRIBUTOR, BLOB_DATA_CONTRIBUTOR, TABLE_DATA_CONTRIBUTOR}}
+
+
+def test_the_topic_script_may_only_write_blobs_in_the_topic_container() -> None:
+    assert assignments_of("topicsPrincipalId") == {"topicContainer": {BLOB_DATA_CONTRIBUTOR}}
+    container = resources(RBAC)["topicContainer"]
+    assert container.type == CONTAINER and container.existing
+    assert chain(container.body["name"]) == ("topicContainerName",)
+
+
+def test_role_assignment_names_are_guid_of_scope_principal_role() -> None:
+    for resource in resources(RBAC).values():
+        if resource.type != ROLE_ASSIGNMENT:
+            continue
+        name, arguments = function(resource.body["name"]) or ("", {})
+        assert name == "guid", resource.symbol
+        scope, principal, role = (arguments["base_string"], arguments["extra_string_1"],
+                                  arguments["extra_string_2"])
+        assert chain(scope) == (*chain(resource.body["scope"]), "id"), resource.symbol
+        assert principal == resource.body["properties"]["principalId"], resource.symbol
+        role_reference = function(resource.body["properties"]["roleDefinitionId"])
+        assert role_reference is not None and role == role_reference[1]["resource_name_1"]
+
+
+def test_main_wires_the_identities_the_app_and_the_script_run_as() -> None:
+    called = modules(MAIN)
+    _, rbac = called["rbac"]
+    _, app = called["functionApp"]
+    _, topics = called["topics"]
+    assert chain(rbac["appPrincipalId"]) == ("appIdentity", "properties", "principalId")
+    assert chain(app["identityId"]) == ("appIdentity", "id")
+    assert chain(app["identityClientId"]) == ("appIdentity", "properties", "clientId")
+    assert chain(rbac["topicsPrincipalId"]) == ("topicsIdentity", "properties", "principalId")
+    assert chain(topics["identityId"]) == ("topicsIdentity", "id")
+    identities = resources(MAIN)
+    for symbol in ("appIdentity", "topicsIdentity"):
+        assert identities[symbol].type == "Microsoft.ManagedIdentity/userAssignedIdentities"
+    assert "rbac" in [str(d) for d in parse(MAIN)["modules"]["functionApp"]["config"]
+                      .get("dependsOn", [])], "the app should start once its roles exist"
+
+
+# -- the Function App ----------------------------------------------------------------------
+
+def test_function_app_is_linux_flex_consumption_python_311_with_its_identity() -> None:
+    declared = resources(FUNCTION)
+    plan, site = declared["plan"].body, declared["functionApp"].body
+    assert plan["sku"] == {"name": "FC1", "tier": "FlexConsumption"}
+    assert plan["properties"]["reserved"] is True
+    assert site["kind"] == "functionapp,linux"
+    assert site["identity"]["type"] == "UserAssigned"
+    config = site["properties"]["functionAppConfig"]
+    assert config["runtime"] == {"name": "python", "version": "3.11"}
+    deployment = config["deployment"]["storage"]
+    assert deployment["type"] == "blobContainer"
+    assert deployment["authentication"] == {"type": "UserAssignedIdentity",
+                                            "userAssignedIdentityResourceId": "identityId"}
+    assert deployment["value"].endswith("${deploymentContainerName}")
+
+
+def test_app_settings_are_identity_based_with_no_keys() -> None:
+    settings = app_settings(resources(FUNCTION)["functionApp"])
+    assert chain(settings["AzureWebJobsStorage__accountName"]) == ("storage", "name")
+    assert settings["AzureWebJobsStorage__credential"] == "managedidentity"
+    assert is_ref(settings["AzureWebJobsStorage__clientId"])
+    # DefaultAzureCredential in the bus picks the user-assigned identity by AZURE_CLIENT_ID.
+    assert settings["AZURE_CLIENT_ID"] == settings["AzureWebJobsStorage__clientId"]
+    assert "AzureWebJobsStorage" not in settings, "a connection string would carry a key"
+    # Flex Consumption sets the runtime in functionAppConfig and rejects these settings.
+    assert not {"FUNCTIONS_WORKER_RUNTIME", "FUNCTIONS_EXTENSION_VERSION"} & set(settings)
+    for name in settings:
+        if "CONNECTION" in name.upper() or "KEY" in name.upper():
+            assert name == "APPLICATIONINSIGHTS_CONNECTION_STRING", name
+    for path in INFRA.rglob("*.bicep"):
+        text = path.read_text()
+        assert "listKeys" not in text and "AccountKey" not in text, path
+
+
+def test_every_setting_the_bus_reads_is_set_and_the_prefix_comes_from_the_topology() -> None:
+    config = Path(__file__).resolve().parents[2] / "bus" / "hosting" / "functions" / "config.py"
+    read = set(re.findall(r"\"(BUS_[A-Z_]+)\"", config.read_text())) - {"BUS_CONNECTION"}
+    settings = app_settings(resources(FUNCTION)["functionApp"])
+    assert read <= set(settings), f"not set: {read - set(settings)}"
+    assert settings["BUS_PREFIX"] == "busPrefix"
+    _, app = modules(MAIN)["functionApp"]
+    assert chain(app["busPrefix"]) == ("topology", "prefix")
+
+
+# -- modules and outputs: the compiler's checks, done here -----------------------------------
+
+def declared_params(path: Path) -> dict[str, dict[str, Any]]:
+    return dict(parse(path).get("parameters", {}))
+
+
+def test_module_calls_pass_declared_params_and_every_required_one() -> None:
+    for symbol, (path, passed) in modules(MAIN).items():
+        params = declared_params(path)
+        assert set(passed) <= set(params), f"{symbol}: unknown params {set(passed) - set(params)}"
+        required = {name for name, p in params.items() if p.get("default") is None}
+        assert required <= set(passed), f"{symbol}: missing params {required - set(passed)}"
+
+
+def test_parameters_file_sets_only_declared_params_and_the_required_ones() -> None:
+    import json
+
+    values = json.loads((INFRA / "main.parameters.json").read_text())["parameters"]
+    params = declared_params(MAIN)
+    assert set(values) <= set(params)
+    assert {n for n, p in params.items() if p.get("default") is None} <= set(values)
+    for name, entry in values.items():
+        for decorator in params[name]["decorators"]:
+            if decorator["type"] == "allowed":
+                assert entry["value"] in decorator["argument"], name
+
+
+def resolves(path: Path, expression: Any) -> bool:
+    """Whether an output's value refers to something ``path`` declares."""
+    document = parse(path)
+    call = function(expression)
+    if call is not None:
+        if call[0] in ("tenant", "resource_group", "subscription"):
+            return True
+        return all(resolves(path, argument) for argument in call[1].values()
+                   if isinstance(argument, dict) or is_ref(argument))
+    head, *rest = chain(expression)
+    if head in document.get("modules", {}):
+        module_path, _ = modules(path)[head]
+        assert rest[:1] == ["outputs"], expression
+        return rest[1] in parse(module_path).get("outputs", {})
+    if head in document.get("variables", {}) and loaded_json(path, head):
+        data: Any = topology() if loaded_json(path, head) == TOPOLOGY.resolve() else None
+        return data is not None and rest[0] in data
+    return head in document.get("resources", {}) or head in document.get("parameters", {})
+
+
+@pytest.mark.parametrize("path", [MAIN, STORAGE, FUNCTION, MONITORING, TOPICS],
+                         ids=lambda p: p.name)
+def test_outputs_refer_to_declared_things(path: Path) -> None:
+    for name, output in parse(path).get("outputs", {}).items():
+        assert resolves(path, output["value"]), f"{path.name}: output {name} refers to nothing"
+
+
+def test_main_outputs_are_upper_snake_for_azd_and_scripts() -> None:
+    outputs = parse(MAIN)["outputs"]
+    assert outputs
+    for name in outputs:
+        assert re.fullmatch(r"[A-Z][A-Z0-9]*(_[A-Z0-9]+)*", name), name
+    for needed in ("AZURE_STORAGE_ACCOUNT_NAME", "AZURE_FUNCTION_APP_NAME", "BUS_PREFIX",
+                   "APPLICATIONINSIGHTS_CONNECTION_STRING"):
+        assert needed in outputs
+
+
+def test_output_chains_end_at_the_right_property() -> None:
+    """The azd sample once output the component's *name* as its connection string."""
+    outputs = parse(MAIN)["outputs"]
+    expected: dict[str, tuple[Path, str, Callable[[Resource], bool], tuple[str, ...]]] = {
+        "APPLICATIONINSIGHTS_CONNECTION_STRING": (
+            MONITORING, "connectionString",
+            lambda r: r.type == "Microsoft.Insights/components", ("properties",
+                                                                  "ConnectionString")),
+        "AZURE_STORAGE_ACCOUNT_NAME": (
+            STORAGE, "name",
+            lambda r: r.type == "Microsoft.Storage/storageAccounts", ("name",)),
+        "AZURE_FUNCTION_APP_NAME": (
+            FUNCTION, "name", lambda r: r.type == "Microsoft.Web/sites", ("name",)),
+    }
+    for name, (path, module_output, is_right, tail) in expected.items():
+        module, _, output = chain(outputs[name]["value"])
+        assert modules(MAIN)[module][0] == path and output == module_output, name
+        head, *rest = chain(parse(path)["outputs"][module_output]["value"])
+        assert is_right(resources(path)[head]) and tuple(rest) == tail, name
