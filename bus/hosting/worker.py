@@ -12,6 +12,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 
 from tenacity import (
     RetryCallState,
@@ -22,7 +23,7 @@ from tenacity.wait import wait_base
 
 from bus.bus import Bus
 from bus.hosting.retry import transient_retries
-from bus.protocol.receive import HandlerFailed, Outcome
+from bus.protocol.receive import HandlerFailed, Incoming, Outcome
 from bus.storage import NotFound, QueueMessage, StorageError, TransientError
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,8 @@ class Worker:
     def __init__(self, bus: Bus, endpoint: str, *, batch_size: int = 16,
                  retry_delay: float = 1.0, in_process_tries: int = 3,
                  sleep: Callable[[float], None] = time.sleep,
-                 wait: wait_base | Callable[[RetryCallState], float] | None = None) -> None:
+                 wait: wait_base | Callable[[RetryCallState], float] | None = None,
+                 batched: bool = True) -> None:
         self.bus = bus
         self.receiver = bus.receiver(endpoint)
         self.queue = bus.names.queue(endpoint)
@@ -41,15 +43,40 @@ class Worker:
         self._tries = in_process_tries
         self._sleep = sleep
         self._wait = wait or wait_exponential_jitter(multiplier=0.05, max=2.0)
+        self.batched = batched
         self.outcomes: dict[str, int] = {}
 
     def poll_once(self) -> int:
         """Lease one batch and process it; returns how many messages were leased."""
         messages = self.bus.storage.queues.receive(
             self.queue, max_messages=self.batch_size, lease=self.bus.settings.lease_seconds)
-        for message in messages:
-            self.process(message)
+        if self.batched and len(messages) > 1:
+            self.process_batch(messages)
+        else:
+            for message in messages:
+                self.process(message)
         return len(messages)
+
+    def process_batch(self, messages: list[QueueMessage]) -> None:
+        """Process leased messages together (``Receiver.handle_many``: fewer storage calls per
+        message); a message whose outcome is a transient error gets the one-message path with
+        its in-process retries."""
+        results = self.receiver.handle_many([
+            Incoming(m.body, m.dequeue_count, partial(self._ack, m)) for m in messages])
+        for message, result in zip(messages, results, strict=True):
+            if isinstance(result, Outcome):
+                self.outcomes[result.value] = self.outcomes.get(result.value, 0) + 1
+            elif isinstance(result, TransientError):
+                self.process(message)
+            elif isinstance(result, HandlerFailed):
+                log.info("handler failed (delivery %d), will retry: %s",
+                         message.dequeue_count, result)
+                self._release(message)
+            elif isinstance(result, StorageError):
+                log.warning("storage trouble, releasing %s: %s", message.id, result)
+                self._release(message)
+            else:
+                raise result  # a bug, as on the one-message path
 
     def process(self, message: QueueMessage) -> Outcome | None:
         try:

@@ -5,7 +5,7 @@ Shared by the dispatcher (messages from handlers) and the sender (messages from 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from bus.envelope import Envelope, encode_signal, fits_signal
 from bus.naming import Names
@@ -34,6 +34,22 @@ class Courier:
         if not fits_signal(envelope):
             self.payloads.put(self.payloads.ref(envelope.destination, envelope.attempt_id),
                               envelope.inline_payload())
+
+    def place_many(self, envelopes: Sequence[Envelope]) -> None:
+        """``place`` for copies with fresh attempt ids: the tokens in one request per
+        destination, then the claim-check blobs. Any error leaves the outcome unknown: these
+        attempt ids must not be used again (see ``Inbox.create_many``)."""
+        by_destination: dict[str, list[tuple[str, str]]] = {}
+        for envelope in envelopes:
+            by_destination.setdefault(envelope.destination, []).append(
+                (envelope.attempt_id, envelope.message_id))
+        now = self._clock()
+        for destination, tokens in by_destination.items():
+            self.inbox.create_many(destination, tokens, now)
+        for envelope in envelopes:
+            if not fits_signal(envelope):
+                self.payloads.put(self.payloads.ref(envelope.destination, envelope.attempt_id),
+                                  envelope.inline_payload())
 
     def signal(self, envelope: Envelope) -> None:
         self._queues.send(self._names.queue(envelope.destination),

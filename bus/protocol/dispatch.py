@@ -17,7 +17,7 @@ phase.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from bus.ids import IdFactory
 from bus.protocol.courier import Courier
@@ -44,6 +44,48 @@ class Dispatcher:
         assert slot.record is not None
         self.signal(slot.record)
         self.finish(slot)
+
+    def complete_many(self, slots: Sequence[Slot]) -> list[Exception | None]:
+        """``complete`` for records the caller has just committed (a worker's batch), with
+        the token creates of step 2 shared per destination and the consumes of step 6 shared.
+
+        Returns, per slot, None (completed) or the exception ``complete`` would have raised:
+        ClaimLost (someone else moved the slot on) or a StorageError (outcome unknown; the
+        redelivery completes the record as a helper does, with fresh attempt ids).
+        """
+        results: list[Exception | None] = [None] * len(slots)
+        try:
+            self._courier.place_many([e for s in slots if s.record for e in s.record.outgoing])
+        except Exception as exc:  # unknown outcome: these attempt ids are burnt
+            return [exc] * len(slots)
+        finishing: list[tuple[int, OutboxRecord]] = []
+        for index, slot in enumerate(slots):
+            try:
+                record = slot.record
+                assert record is not None and record.phase is Phase.COMMITTED
+                if record.outgoing:
+                    record = record.sending()
+                    self._outbox.update(slot, record)
+                self.signal(record)
+                finishing.append((index, record))
+            except Exception as exc:
+                results[index] = exc
+        if not finishing:
+            return results
+        endpoint = finishing[0][1].endpoint
+        try:
+            self._courier.inbox.consume_many(endpoint, [r.attempt_id for _, r in finishing])
+        except Exception as exc:
+            for index, _ in finishing:
+                results[index] = exc
+            return results
+        for index, record in finishing:
+            if record.payload_ref is not None:
+                try:
+                    self._courier.payloads.delete(record.payload_ref)
+                except Exception as exc:
+                    results[index] = exc
+        return results
 
     def prepare(self, slot: Slot, *, committed_by_me: bool) -> Slot:
         """Steps 1-3: make sure every outgoing copy has its token; returns the slot in phase

@@ -16,9 +16,20 @@ from __future__ import annotations
 
 import contextlib
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bus.storage import Conflict, Entity, NotFound, PreconditionFailed, Tables
+from bus.storage import (
+    Conflict,
+    Entity,
+    NotFound,
+    PreconditionFailed,
+    StorageError,
+    TableOp,
+    Tables,
+)
+
+_BATCH = 100  # operations per entity-group transaction (the Azure limit)
 
 
 class TokenState(str, enum.Enum):
@@ -50,6 +61,19 @@ class Inbox:
         with contextlib.suppress(Conflict):
             self._tables.insert(self._table, entity)
 
+    def create_many(self, endpoint: str, tokens: Sequence[tuple[str, str]], now: float) -> None:
+        """Create live tokens ``(attempt id, message id)`` of one endpoint, 100 per request.
+
+        Only for fresh attempt ids nobody else knows yet (a committer's own). Any error leaves
+        the outcome unknown: the caller must not use these attempt ids again (it completes its
+        record the way a helper does, with fresh ones).
+        """
+        for start in range(0, len(tokens), _BATCH):
+            ops = [TableOp("insert", _entity(endpoint, attempt_id, TokenState.LIVE,
+                                             message_id, now))
+                   for attempt_id, message_id in tokens[start:start + _BATCH]]
+            self._tables.transact(self._table, ops)
+
     def read(self, endpoint: str, attempt_id: str) -> Token | None:
         try:
             row = self._tables.get(self._table, endpoint, attempt_id)
@@ -64,6 +88,18 @@ class Inbox:
 
     def consume(self, endpoint: str, attempt_id: str) -> None:
         self._tables.delete(self._table, endpoint, attempt_id)  # gone already is fine
+
+    def consume_many(self, endpoint: str, attempt_ids: Sequence[str]) -> None:
+        """Consume tokens of one endpoint, 100 per request; one by one when a request fails
+        (a token gone already fails a whole request). Deleting twice is harmless."""
+        for start in range(0, len(attempt_ids), _BATCH):
+            chunk = attempt_ids[start:start + _BATCH]
+            try:
+                self._tables.transact(self._table, [
+                    TableOp("delete", Entity(endpoint, attempt_id)) for attempt_id in chunk])
+            except StorageError:
+                for attempt_id in chunk:
+                    self.consume(endpoint, attempt_id)
 
     def fence(self, endpoint: str, attempt_id: str, message_id: str, now: float) -> None:
         """Turn a superseded attempt into a tombstone (whether or not its token exists)."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 import base64
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bus.addressing import Addressing
@@ -86,6 +86,16 @@ class Handoff:
 
 
 @dataclass(frozen=True)
+class Incoming:
+    """One leased signal of a batch: its body as on the queue, its delivery count, and the
+    call that deletes it from the queue."""
+
+    body: str
+    dequeue_count: int
+    ack: Callable[[], None]
+
+
+@dataclass(frozen=True)
 class Delivery:
     outcome: Outcome
     handoff: Handoff | None = None
@@ -127,11 +137,10 @@ class Receiver:
         HandlerFailed (the handler raised; redeliver) or a StorageError (outcome unknown;
         redeliver). Both are safe to retry any number of times.
         """
-        try:
-            envelope = decode_signal(body)
-        except BadSignal as exc:
-            return self._poison_bad(body, None, str(exc), dequeue_count, ack)
-        return self._handle(envelope, body, dequeue_count, ack).outcome
+        step = self._admit_body(body, dequeue_count, ack)
+        if isinstance(step, Outcome):
+            return step
+        return self._claim(step, body, dequeue_count, ack, None).outcome
 
     def handle_decoded(self, raw: bytes, dequeue_count: int,
                        ack: Callable[[], None] = _no_ack) -> Outcome:
@@ -150,12 +159,115 @@ class Receiver:
             return Delivery(self._poison_bad(body, None, str(exc), dequeue_count, ack))
         return self._handle(envelope, body, dequeue_count, ack, inline_max)
 
+    def handle_many(self, batch: Sequence[Incoming]) -> list[Outcome | Exception]:
+        """``handle`` for a worker's batch, with three storage calls shared by the batch
+        instead of made per message: the inbox tokens are read in one request, the outgoing
+        tokens created in one per destination, the incoming tokens consumed in one.
+
+        The steps and their order per message are those of ``handle``; anything unusual (an
+        unfinished record in a slot, two messages of one partition, a lost race, a shared call
+        that failed) falls back to ``handle`` for that message, after the batch. Each result
+        is the message's outcome or the exception ``handle`` would have raised.
+        """
+        results: dict[int, Outcome | Exception] = {}
+        later: list[int] = []
+        claims = self._admit_batch(batch, results, later)
+        try:
+            tokens = self._inbox.read_many(self.endpoint, [
+                attempt for _, d, slot in claims
+                for attempt in self._token_keys(d, slot)])
+        except StorageError:
+            tokens, claims, later = {}, [], later + [i for i, _, _ in claims]
+        committed: list[tuple[int, Slot]] = []
+        for index, d, slot in claims:
+            item = batch[index]
+            try:
+                if slot.record is not None and slot.record.attempt_id in tokens:
+                    later.append(index)  # an unfinished record: the one-message path
+                    continue
+                outcome = self._check_token(d, tokens.get(d.envelope.attempt_id))
+                if outcome is not None:
+                    item.ack()
+                    results[index] = outcome
+                    continue
+                done = self._run_and_commit(d, slot, item.body, item.dequeue_count, item.ack)
+                if done is None:
+                    results[index] = Outcome.POISONED
+                else:
+                    committed.append((index, done))
+            except ClaimLost:
+                later.append(index)
+            except Exception as exc:  # HandlerFailed, StorageError: as ``handle`` raises them
+                results[index] = exc
+        self._complete_batch(batch, committed, results, later)
+        for index in sorted(later):
+            item = batch[index]
+            try:
+                results[index] = self.handle(item.body, item.dequeue_count, item.ack)
+            except Exception as exc:
+                results[index] = exc
+        return [results[i] for i in range(len(batch))]
+
+    def _admit_batch(self, batch: Sequence[Incoming], results: dict[int, Outcome | Exception],
+                     later: list[int]) -> list[tuple[int, _Decoded, Slot]]:
+        """Steps 1-3 for each message: decoded, and its partition's slot loaded."""
+        claims: list[tuple[int, _Decoded, Slot]] = []
+        partitions: set[str] = set()
+        for index, item in enumerate(batch):
+            try:
+                step = self._admit_body(item.body, item.dequeue_count, item.ack)
+                if isinstance(step, Outcome):
+                    results[index] = step
+                elif step.partition in partitions:
+                    later.append(index)  # one claim per partition and batch
+                else:
+                    partitions.add(step.partition)
+                    claims.append((index, step, self._outbox.load(step.partition)))
+            except Exception as exc:
+                results[index] = exc
+        return claims
+
+    def _complete_batch(self, batch: Sequence[Incoming], committed: list[tuple[int, Slot]],
+                        results: dict[int, Outcome | Exception], later: list[int]) -> None:
+        outcomes = self._dispatcher.complete_many([slot for _, slot in committed])
+        for (index, _), problem in zip(committed, outcomes, strict=True):
+            if problem is None:
+                batch[index].ack()
+                results[index] = Outcome.PROCESSED
+            elif isinstance(problem, ClaimLost):
+                later.append(index)  # someone else moved the slot on: look again
+            else:
+                results[index] = problem  # unknown outcome: the redelivery finishes the record
+
+    @staticmethod
+    def _token_keys(d: _Decoded, slot: Slot) -> list[str]:
+        keys = [d.envelope.attempt_id]
+        if slot.record is not None:
+            keys.append(slot.record.attempt_id)
+        return keys
+
     # -- steps 1-2 ------------------------------------------------------------------------
+    def _admit_body(self, body: str, dequeue_count: int,
+                    ack: Callable[[], None]) -> _Decoded | Outcome:
+        try:
+            envelope = decode_signal(body)
+        except BadSignal as exc:
+            return self._poison_bad(body, None, str(exc), dequeue_count, ack)
+        return self._admit(envelope, body, dequeue_count, ack)
+
     def _handle(self, envelope: Envelope, body: str, dequeue_count: int,
                 ack: Callable[[], None], inline_max: int | None = None) -> Delivery:
+        step = self._admit(envelope, body, dequeue_count, ack)
+        if isinstance(step, Outcome):
+            return Delivery(step)
+        return self._claim(step, body, dequeue_count, ack, inline_max)
+
+    def _admit(self, envelope: Envelope, body: str, dequeue_count: int,
+               ack: Callable[[], None]) -> _Decoded | Outcome:
+        """Steps 1-2: the decoded message, or the outcome when it goes no further."""
         problem, route = self._route(envelope)
         if route is None:
-            return Delivery(self._poison_bad(body, envelope, problem, dequeue_count, ack))
+            return self._poison_bad(body, envelope, problem, dequeue_count, ack)
         if not self._safeguards.ack_after_commit:
             ack()  # the "ack-before-commit" break: a crash from here on loses the message
         payload = self._payload(envelope)
@@ -163,16 +275,15 @@ class Receiver:
             token = self._inbox.read(self.endpoint, envelope.attempt_id)
             if token is not None and token.state is TokenState.LIVE:
                 assert envelope.payload_ref is not None
-                return Delivery(self._poison_bad(
+                return self._poison_bad(
                     body, envelope, f"payload blob {envelope.payload_ref.blob} is missing",
-                    dequeue_count, ack))
+                    dequeue_count, ack)
             ack()
-            return Delivery(Outcome.DUPLICATE)
+            return Outcome.DUPLICATE
         try:
-            decoded = self._decode(envelope, route, payload)
+            return self._decode(envelope, route, payload)
         except BadSignal as exc:
-            return Delivery(self._poison_bad(body, envelope, str(exc), dequeue_count, ack))
-        return self._claim(decoded, body, dequeue_count, ack, inline_max)
+            return self._poison_bad(body, envelope, str(exc), dequeue_count, ack)
 
     def _route(self, envelope: Envelope) -> tuple[str, Route | None]:
         if envelope.destination != self.endpoint:

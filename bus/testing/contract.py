@@ -146,6 +146,10 @@ class StorageContract:
         assert storage.tables.get_many(table, "b", ["3"])["3"].properties["s"] == "b3"
         assert storage.tables.get_many(table, "b", ["1"]) == {}
         assert storage.tables.get_many(table, "a", []) == {}
+        many = [f"k{i:02d}" for i in range(40)]  # more than one request's worth of keys
+        for key in many[::3]:
+            storage.tables.insert(table, Entity("m", key, {}))
+        assert sorted(storage.tables.get_many(table, "m", many)) == many[::3]
 
     def test_table_query_partition(self, storage: Storage, table: str) -> None:
         storage.tables.create_table(table)

@@ -168,14 +168,19 @@ class AzureTables:
             with contextlib.suppress(NotFound):
                 return {row_keys[0]: self.get(table, partition_key, row_keys[0])}
             return {}
-        names = [f"r{i}" for i in range(len(row_keys))]
-        # Spaces around the parentheses: the SDK substitutes @names in space-split words.
-        query = "PartitionKey eq @pk and ( " + " or ".join(
-            f"RowKey eq @{name}" for name in names) + " )"
-        parameters = {"pk": partition_key, **dict(zip(names, row_keys, strict=True))}
-        with _translated():
-            rows = self._client(table).query_entities(query, parameters=parameters)
-            return {entity.row_key: entity for entity in map(_entity, rows)}
+        found: dict[str, Entity] = {}
+        # A filter may hold at most 15 comparisons: the partition key and 14 row keys.
+        for start in range(0, len(row_keys), _KEYS_PER_QUERY):
+            chunk = row_keys[start:start + _KEYS_PER_QUERY]
+            names = [f"r{i}" for i in range(len(chunk))]
+            # Spaces around the parentheses: the SDK substitutes @names in space-split words.
+            query = "PartitionKey eq @pk and ( " + " or ".join(
+                f"RowKey eq @{name}" for name in names) + " )"
+            parameters = {"pk": partition_key, **dict(zip(names, chunk, strict=True))}
+            with _translated():
+                rows = self._client(table).query_entities(query, parameters=parameters)
+                found.update((entity.row_key, entity) for entity in map(_entity, rows))
+        return found
 
     def insert(self, table: str, entity: Entity) -> str:
         with _translated():
@@ -217,6 +222,9 @@ class AzureTables:
                     " and ".join(terms),
                     parameters={k: v for k, v in keys.items() if v is not None})
             return [_entity(row) for row in rows]
+
+
+_KEYS_PER_QUERY = 14
 
 
 def _operation(op: TableOp) -> tuple[Any, ...]:

@@ -112,8 +112,10 @@ def _until_ok(world: World, call: Callable[[], None]) -> None:
 
 def _worker(bus: Bus, world: World, endpoint: str) -> Callable[[], None]:
     def work() -> None:
-        worker = Worker(bus, endpoint, batch_size=world.rng.randint(1, 4), sleep=world.sleep,
-                        retry_delay=0.5, wait=lambda _: world.rng.uniform(0.01, 0.2))
+        # Both paths: one message at a time, and batches (Receiver.handle_many).
+        worker = Worker(bus, endpoint, batch_size=world.rng.randint(1, 6), sleep=world.sleep,
+                        retry_delay=0.5, wait=lambda _: world.rng.uniform(0.01, 0.2),
+                        batched=world.rng.random() < 0.7)
         while True:
             try:
                 leased = worker.poll_once()
