@@ -5,12 +5,13 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 SIM_RUNS ?= 300
 
-.PHONY: help setup lint test sim demo devhost clean lock infra-check
+.PHONY: help setup lint test sim demo devhost clean lock infra-check bench
 
 help:
 	@echo "make test   - set up (venv, pinned deps, Azurite) and run lint, types and every test"
 	@echo "make demo   - the main job: 1,000 orders through the Functions app on Azurite, checked"
 	@echo "make sim    - the deterministic simulation: SIM_RUNS=2000 make sim"
+	@echo "make bench  - benchmarks vs the raw transport and kombu -> bench/results/ (QUICK=1: < 3 min)"
 	@echo "make infra-check - offline checks of infra/ (topology in sync, checkov, Bicep structure)"
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
@@ -25,7 +26,7 @@ node_modules/.installed: package.json package-lock.json
 setup: $(BIN)/.installed node_modules/.installed
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff check bus tests devhost function_app.py
+	$(BIN)/ruff check bus tests devhost bench function_app.py
 	$(BIN)/mypy
 
 test: setup lint
@@ -38,6 +39,12 @@ sim: $(BIN)/.installed
 DEMO_ORDERS ?= 1000
 demo: setup
 	$(PY) -m devhost.demo --orders $(DEMO_ORDERS)
+
+# Benchmarks (issue 6): each scenario on a fresh Azurite; the last line printed is JSON.
+# Full: about 5 minutes, writes bench/results/latest.md; QUICK=1: under 3, bench/results/quick.md.
+QUICK ?=
+bench: setup
+	$(PY) -m bench $(if $(filter 1 yes true,$(QUICK)),--quick)
 
 # Run the function app locally (Azurite must be running; settings from local.settings.json).
 devhost: setup

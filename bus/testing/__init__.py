@@ -3,11 +3,13 @@
 * :class:`InMemoryStorage` - queues, blobs and tables in memory, for users' unit tests;
 * ``bus.testing.contract`` - the storage contract suite every backend passes;
 * ``python -m bus.testing.simulate`` - the deterministic fault-injecting simulation;
-* :class:`DuplicatingQueues` - duplicate signals on any backend (demos, end-to-end tests).
+* :class:`DuplicatingQueues` - duplicate signals on any backend (demos, end-to-end tests);
+* :func:`counting_storage` - storage requests counted by service and operation (benchmarks).
 """
 
 from bus.adapters.memory import Fault, FaultHooks, InMemoryStorage, NoFaults
+from bus.testing.counting import OpCounter, counting_storage
 from bus.testing.transport import DuplicatingQueues, with_duplicates
 
 __all__ = ["DuplicatingQueues", "Fault", "FaultHooks", "InMemoryStorage", "NoFaults",
-           "with_duplicates"]
+           "OpCounter", "counting_storage", "with_duplicates"]

@@ -1,0 +1,178 @@
+"""Running the bus under load on a fresh Azurite, with its storage operations counted.
+
+The consuming side gets its own Bus over a counted storage; the producing side (the client)
+gets a separate Bus over its own uncounted storage clients, as it would be a separate process in
+production, so the counts are exactly what the endpoints do. Each consumer thread runs
+:class:`~bus.hosting.worker.Worker.poll_once` - the code a local host runs - so the benchmark
+measures whatever the current protocol and worker do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from bench.config import BenchConfig
+from bench.cpu import CpuUse
+from bench.harness import BenchError, Flow, poll_until_stopped, run_load, shares
+from bench.wire import WireCounter, counting_requests
+from bus import Bus, Endpoint
+from bus.adapters.azure import AzureStorage
+from bus.hosting.worker import Worker
+from bus.storage import QueueMessage, Queues, Storage
+from bus.testing.counting import OpCounter, counting_storage
+from devhost.azurite import azurite
+
+
+class AckProbe:
+    """A Queues wrapper that reports each acknowledgement (delete) of a message of a watched
+    queue, on the thread that made it - once the message's processing finished (alone or,
+    with the Worker's batched path, together with the rest of its batch)."""
+
+    def __init__(self, inner: Queues) -> None:
+        self._inner = inner
+        self.watched: frozenset[str] = frozenset()
+        self.on_ack: Callable[[QueueMessage], None] = lambda message: None
+        self._lock = threading.Lock()
+        self._acked: set[bytes] = set()
+
+    def create_queue(self, queue: str) -> None:
+        self._inner.create_queue(queue)
+
+    def send(self, queue: str, body: str, *, delay: float = 0.0) -> None:
+        self._inner.send(queue, body, delay=delay)
+
+    def receive(self, queue: str, *, max_messages: int, lease: float) -> list[QueueMessage]:
+        return self._inner.receive(queue, max_messages=max_messages, lease=lease)
+
+    def delete(self, queue: str, message: QueueMessage) -> None:
+        try:
+            self._inner.delete(queue, message)
+        finally:
+            # The message's processing is over once its ack was tried: a failed ack leaves a
+            # copy that comes back as a duplicate only after its lease (10 minutes). Each
+            # signal is reported once, by its body: a redelivered copy, or a second copy a
+            # sender's retry put on the queue (at-least-once), has the same body.
+            if queue in self.watched and self._first_ack(message.body):
+                self.on_ack(message)
+
+    def _first_ack(self, body: str) -> bool:
+        digest = hashlib.sha1(body.encode()).digest()
+        with self._lock:
+            if digest in self._acked:
+                return False
+            self._acked.add(digest)
+            return True
+
+    def extend(self, queue: str, message: QueueMessage, *, lease: float) -> QueueMessage:
+        return self._inner.extend(queue, message, lease=lease)
+
+    def depth(self, queue: str) -> int:
+        return self._inner.depth(queue)
+
+
+@dataclass
+class Installation:
+    bus: Bus
+    """The endpoints' bus, over the counted storage."""
+    client: Bus
+    """The sender's bus, over separate, uncounted storage clients."""
+    plain: AzureStorage
+    """Uncounted storage for the checks after the run."""
+    counter: OpCounter
+    probe: AckProbe
+    wire: WireCounter
+    """HTTP requests, by the side (thread) that sent them."""
+
+
+@contextlib.contextmanager
+def installation(endpoints: Sequence[Endpoint]) -> Iterator[Installation]:
+    """A fresh Azurite with ``endpoints`` provisioned; provisioning is not counted."""
+    with azurite() as connection, counting_requests(connection) as wire:
+        plain = AzureStorage.from_connection_string(connection)
+        probe = AckProbe(plain.queues)
+        storage, counter = counting_storage(Storage(queues=probe, blobs=plain.blobs,
+                                            tables=plain.tables))
+        bus = Bus(storage, endpoints)
+        bus.provision()
+        counter.reset()
+        client = Bus(AzureStorage.from_connection_string(connection), endpoints)
+        yield Installation(bus, client, plain, counter, probe, wire)
+
+
+@dataclass
+class LoadOutcome:
+    flow: Flow
+    outcomes: Counter[str]
+    ops: dict[tuple[str, str], int]
+    errors: dict[tuple[str, str, str], int]
+    requests: dict[tuple[str, str], int]
+    """HTTP requests of the consumer threads (the endpoints)."""
+    client_requests: dict[tuple[str, str], int]
+    """HTTP requests of the producer threads (the client's sends)."""
+    cpu: CpuUse
+
+
+def drive(inst: Installation, cfg: BenchConfig, *, consume: Sequence[str], messages: int,
+          copies: int, send: Callable[[int], None], producers: int | None = None,
+          pace: Callable[[int], None] | None = None,
+          on_ack: Callable[[QueueMessage], None] | None = None) -> LoadOutcome:
+    """Send ``messages`` (each delivered as ``copies`` signals to the ``consume`` endpoints)
+    with the producers while ``cfg.concurrency`` consumer threads process them.
+
+    Each consumer thread owns one Worker per consumed endpoint and polls them in turn. The
+    run ends at the last acknowledgement; the operation counts are taken right then.
+    ``pace(seq)``, if given, is called before each send (a fixed-rate load); ``on_ack(message)``
+    after each acknowledgement, on the consumer thread that made it.
+    """
+    flow = Flow(messages * copies, cfg.window)
+    inst.probe.watched = frozenset(inst.bus.names.queue(name) for name in consume)
+
+    def acked(message: QueueMessage) -> None:
+        if on_ack is not None:
+            on_ack(message)
+        flow.acked()
+
+    inst.probe.on_ack = acked
+    crews = [[Worker(inst.bus, name, batch_size=cfg.batch) for name in consume]
+             for _ in range(cfg.concurrency)]
+
+    def consumer(workers: list[Worker]) -> Callable[[threading.Event], None]:
+        return lambda stop: poll_until_stopped(
+            lambda: sum(worker.poll_once() for worker in workers), stop, cfg.idle_poll,
+            cfg.idle_max)
+
+    def producer(seqs: range) -> Callable[[threading.Event], None]:
+        def run(stop: threading.Event) -> None:
+            for seq in seqs:
+                if pace is not None:
+                    pace(seq)
+                if not flow.before_send(copies, stop):
+                    return
+                send(seq)
+        return run
+
+    inst.counter.reset()
+    inst.wire.reset()
+    used = run_load(flow, [producer(s) for s in shares(messages, producers or cfg.producers)],
+             [consumer(crew) for crew in crews], cfg.timeout)
+    ops, errors = inst.counter.snapshot(), inst.counter.errors()
+    outcomes: Counter[str] = Counter()
+    for crew in crews:
+        for worker in crew:
+            outcomes.update(worker.outcomes)
+    return LoadOutcome(flow, outcomes, ops, errors, inst.wire.side("consumer"),
+                       inst.wire.side("producer"), used)
+
+
+def check_outcomes(scenario: str, outcomes: Counter[str]) -> None:
+    """No message of a benchmark may end in the poison queue. Duplicates are allowed: signals
+    are at-least-once (a sender's retry can put a second copy on the queue) and the
+    protocol drops them; the state check is what proves each effect happened once."""
+    bad = {k: n for k, n in outcomes.items() if k not in ("processed", "duplicate")}
+    if bad:
+        raise BenchError(f"{scenario}: unexpected outcomes {bad} (all: {dict(outcomes)})")

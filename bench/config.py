@@ -1,0 +1,46 @@
+"""The settings of one benchmark run: the same for every scenario, so they compare fairly."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    messages: int = 2000
+    """Messages per throughput scenario (the fan-out publishes messages // 3 events, so it
+    also delivers about ``messages`` copies)."""
+    concurrency: int = 8
+    """Consumer threads in every scenario. Kept at most 10: one SDK client keeps 10 pooled
+    connections per service, and more threads would open and drop connections."""
+    producers: int = 4
+    """Producer threads, running concurrently with the consumers."""
+    batch: int = 16
+    """Messages leased per receive call, raw and bus alike (the Worker's default)."""
+    window: int = 256
+    """At most this many messages sent but not yet acknowledged: keeps queues shallow,
+    because Azurite's receive slows down with queue depth."""
+    idle_poll: float = 0.025
+    """Seconds a consumer sleeps after an empty receive, doubling while the queue stays
+    empty (kombu's fixed polling_interval is set to this)."""
+    idle_max: float = 0.2
+    """The longest sleep between empty receives."""
+    partitions: int = 512
+    """State partitions of the bus scenarios, assigned round-robin (see docs/performance.md)."""
+    latency_rate: float = 5.0
+    """Messages per second of the latency scenario's fixed light load: well below what the
+    exactly-once hop sustains here, so the latency is the hop's, not a queue's backlog."""
+    latency_seconds: float = 24.0
+    latency_warmup: float = 1.0
+    """Seconds at the start of the latency run left out of the percentiles (connections)."""
+    timeout: float = 300.0
+    """A scenario that has not finished by then fails instead of hanging."""
+    quick: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+FULL = BenchConfig()
+QUICK = replace(FULL, messages=400, latency_seconds=10.0, timeout=120.0, quick=True)

@@ -1,0 +1,29 @@
+"""The scenarios of issue 6, one module each, in the order they run.
+
+Each module's ``run(cfg)`` starts its own fresh Azurite (Azurite slows down as deleted messages
+and queue depth pile up, so no scenario inherits another's leftovers), checks its result, and
+returns a :class:`~bench.harness.ScenarioResult` - or raises BenchError and reports nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from bench.config import BenchConfig
+from bench.harness import ScenarioResult
+
+# key -> (module, what it measures); the keys are what --only takes.
+SCENARIOS: dict[str, tuple[str, str]] = {
+    "raw": ("bench.scenarios.raw", "raw hop: azure-storage-queue send + receive + delete"),
+    "eo_hop": ("bench.scenarios.eo_hop", "exactly-once command hop, storage ops counted"),
+    "fanout3": ("bench.scenarios.fanout", "exactly-once event fan-out to 3 subscribers"),
+    "kombu": ("bench.scenarios.kombu_peer", "kombu azurestoragequeues publish + consume"),
+    "latency": ("bench.scenarios.latency", "command hop latency at a fixed light load"),
+}
+
+
+def runner(key: str) -> Callable[[BenchConfig], ScenarioResult]:
+    module = importlib.import_module(SCENARIOS[key][0])
+    run: Callable[[BenchConfig], ScenarioResult] = module.run
+    return run

@@ -1,0 +1,59 @@
+"""Scenarios 2 and 5: the exactly-once command hop, and its storage operations counted.
+
+A client sends ``Ping`` commands to endpoint ``bench-a``; its handler reads and increments a
+counter row of the message's state partition and sends one ``Pong`` command to ``bench-b``. A
+hop is complete when ``bench-a`` acknowledged the Ping: received, effect committed exactly
+once, Pong on its way, signal deleted. ``bench-b`` is not run: its queue just collects the Pongs,
+which are counted at the end.
+
+Operations per hop are everything ``bench-a``'s side did to storage during the run, divided by
+the hops: its share of the receives, the claim, the commit, the token and signal of the
+outgoing Pong, the ack. Not included: provisioning, the client's token and signal of the
+incoming Ping (the previous hop's send, which would count it twice in a chain of hops), the
+empty receives of idle polling (reported apart) and the benchmark's own checks.
+"""
+
+from __future__ import annotations
+
+import time
+
+from bench.busrun import check_outcomes, drive, installation
+from bench.config import BenchConfig
+from bench.harness import BenchError, ScenarioResult
+from bench.workload import (
+    HOP_FROM,
+    HOP_TO,
+    Ping,
+    expected_counts,
+    hop_endpoints,
+    partition_key,
+    verify_counts,
+)
+
+
+def run(cfg: BenchConfig) -> ScenarioResult:
+    with installation(hop_endpoints()) as inst:
+
+        def send(seq: int) -> None:
+            inst.client.send(Ping(seq=seq, key=partition_key(seq, cfg.partitions),
+                                  sent_at=time.time()))
+
+        load = drive(inst, cfg, consume=[HOP_FROM], messages=cfg.messages, copies=1,
+                     send=send)
+        names = inst.bus.names
+        verify_counts(inst.plain.tables, names.state_table(HOP_FROM),
+                      expected_counts(range(cfg.messages), cfg.partitions))
+        pongs = inst.plain.queues.depth(names.queue(HOP_TO))
+        if pongs < cfg.messages:
+            raise BenchError(f"eo hop: only {pongs} Pong signals for {cfg.messages} hops")
+    check_outcomes("eo hop", load.outcomes)
+    return ScenarioResult(
+        key="eo_hop", title="exactly-once command hop (state update + 1 send)",
+        units=cfg.messages, seconds=load.flow.seconds,
+        verified=(f"every partition's counter equals its Pings (exactly once); "
+                  f"{pongs} Pong signals queued for {cfg.messages} hops; outcomes "
+                  f"{dict(load.outcomes)}"),
+        extra={"ops": load.ops, "errors": load.errors, "requests": load.requests,
+               "client_requests": load.client_requests, "cpu": load.cpu,
+               "outcomes": dict(load.outcomes),
+               "pong_signals": pongs})

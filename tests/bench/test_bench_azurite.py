@@ -1,0 +1,31 @@
+"""One tiny benchmark run on Azurite: the command line, two scenarios, the file, the JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.__main__ import main
+from bench.report import REQUIRED
+
+pytestmark = pytest.mark.azurite
+
+
+def test_a_tiny_run_reports_counted_numbers(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "results.md"
+    code = main(["--quick", "--only", "raw,eo_hop", "--messages", "24", "--concurrency", "2",
+                 "--producers", "1", "--out", str(out)])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert code == 0, lines
+    data = json.loads(lines[-1])
+    assert set(REQUIRED) <= set(data)
+    assert data["raw_hop_msgs_per_s"] > 0 and data["eo_hop_msgs_per_s"] > 0
+    assert data["ops_per_eo_hop"] >= 4  # receive share, commit, signal, ack at the very least
+    assert data["usd_per_million_eo_hops"] > 0
+    assert data["fanout3_msgs_per_s"] is None  # not run: null, never a made-up number
+    text = out.read_text()
+    assert "exactly once" in text and "| queue | send |" in text
+    assert any(line.startswith("[2/5]") and "checked" in line for line in lines)
