@@ -13,6 +13,7 @@ from bus.ids import IdFactory, random_id
 from bus.messages import Command, Event, Message
 from bus.naming import Names
 from bus.protocol.courier import Courier
+from bus.protocol.deadletters import DeadLetters
 from bus.protocol.dispatch import Dispatcher
 from bus.protocol.driver import OutboxDriver
 from bus.protocol.inbox import Inbox
@@ -170,6 +171,12 @@ class Bus:
         return Addressing(source=source, routes=self.topology.routes, topics=self.topics,
                           serializer=self.serializer, new_id=self.new_id, clock=self.clock,
                           known=self.topology.destinations)
+
+    def dead_letters(self, endpoint: str) -> DeadLetters:
+        """The poison queue of ``endpoint``: list, replay (exactly once), purge."""
+        return DeadLetters(endpoint=self.topology.endpoint(endpoint).name, names=self.names,
+                           queues=self.storage.queues, inbox=self.inbox,
+                           payloads=self.payloads, clock=self.clock)
 
     def poison_queue(self, endpoint: str) -> PoisonQueue:
         return PoisonQueue(self.storage.queues, self.names.poison_queue(endpoint), endpoint)

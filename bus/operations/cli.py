@@ -3,6 +3,7 @@
     python -m bus topology export [--app function_app] [--out infra/topology.json] [--prefix P]
     python -m bus topology show   [--app function_app]
     python -m bus topology check  [--app function_app] [--file infra/topology.json]
+    python -m bus dlq list|show|replay|purge ENDPOINT [...]   (see bus/operations/dlq.py)
 
 Exit codes: 0 done, 1 the check found a difference, 2 wrong usage or an app that cannot load.
 """
@@ -20,6 +21,7 @@ from bus.bus import Bus
 from bus.endpoint import ConfigurationError
 from bus.naming import NamingError
 from bus.operations.apps import DEFAULT_APP, AppError, load_bus
+from bus.operations.dlq import dlq
 from bus.operations.topology_file import DEFAULT_PATH, TopologyFile, drift
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -56,6 +58,9 @@ def _describe(app: str, prefix: str | None) -> TopologyFile:
 @click.group()
 def main() -> None:
     """Operate an exactly-once bus on Azure Storage."""
+
+
+main.add_command(dlq)
 
 
 @main.group()

@@ -116,6 +116,16 @@ class Inbox:
             return False
         return True
 
+    def unpark(self, token: Token, now: float) -> bool:
+        """Make a parked token live again (a dead-letter replay); False if it changed."""
+        entity = _entity(token.endpoint, token.attempt_id, TokenState.LIVE, token.message_id,
+                         now)
+        try:
+            self._tables.replace(self._table, entity, etag=token.etag)
+        except (PreconditionFailed, NotFound):
+            return False
+        return True
+
     def all(self) -> list[Token]:
         """Every token row (for the sweeper and the checks; not a hot path)."""
         return [_token(row) for row in self._tables.query(self._table)]

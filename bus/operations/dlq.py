@@ -1,0 +1,120 @@
+"""``python -m bus dlq list|show|replay|purge ENDPOINT``: an endpoint's dead letters.
+
+The commands connect to the account the app is configured for (``AzureWebJobsStorage`` or
+``AzureWebJobsStorage__accountName``, as in the Functions app; ``local.settings.json`` is not
+read - export the setting). Replaying is exactly-once: see ``bus.protocol.deadletters``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from bus.endpoint import ConfigurationError
+from bus.operations.apps import AppError, load_bus
+from bus.protocol.deadletters import DeadLetter, DeadLetters
+
+
+class DlqProblem(click.ClickException):
+    exit_code = 2
+
+
+def _letters(app: str, endpoint: str) -> DeadLetters:
+    try:
+        return load_bus(app).dead_letters(endpoint)
+    except (AppError, ConfigurationError) as exc:
+        raise DlqProblem(str(exc)) from exc
+
+
+def _ids(ids: tuple[str, ...], every: bool) -> set[str] | None:
+    if every == bool(ids):
+        raise click.UsageError("name the entries (their ids, from `dlq list`) or pass --all")
+    return None if every else set(ids)
+
+
+@click.group()
+def dlq() -> None:
+    """Dead letters: what an endpoint's poison queue holds, and replaying or purging it."""
+
+
+@dlq.command("list")
+@click.argument("endpoint")
+@click.option("--app", default="function_app", show_default=True, metavar="MODULE[:NAME]")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per entry.")
+def list_command(endpoint: str, app: str, as_json: bool) -> None:
+    """The entries of ENDPOINT's poison queue, oldest first."""
+    letters = _letters(app, endpoint).entries()
+    for letter in letters:
+        if as_json:
+            click.echo(json.dumps(_summary(letter)))
+        else:
+            s = _summary(letter)
+            click.echo(f"{s['id']}  {s['poisoned_at']}  {s['message_type'] or '-'}  "
+                       f"{s['message_id'] or '-'}  deliveries {s['dequeue_count']}  "
+                       f"token {s['token']}  {s['reason']}")
+    if not as_json:
+        click.echo(f"{len(letters)} dead letter(s) at {endpoint}")
+
+
+@dlq.command("show")
+@click.argument("endpoint")
+@click.argument("entry_id")
+@click.option("--app", default="function_app", show_default=True, metavar="MODULE[:NAME]")
+def show_command(endpoint: str, entry_id: str, app: str) -> None:
+    """One entry in full: reason, exception, delivery count and the original envelope."""
+    for letter in _letters(app, endpoint).entries():
+        if letter.id == entry_id:
+            click.echo(json.dumps({**_summary(letter), "exception": letter.entry.exception,
+                                   "envelope": letter.entry.envelope.model_dump(mode="json")
+                                   if letter.entry.envelope else None,
+                                   "original_body": letter.entry.original_body}, indent=2))
+            return
+    raise DlqProblem(f"no entry {entry_id!r} in the poison queue of {endpoint!r}")
+
+
+@dlq.command("replay")
+@click.argument("endpoint")
+@click.argument("entry_ids", nargs=-1)
+@click.option("--all", "every", is_flag=True, help="Replay every entry.")
+@click.option("--app", default="function_app", show_default=True, metavar="MODULE[:NAME]")
+def replay_command(endpoint: str, entry_ids: tuple[str, ...], every: bool, app: str) -> None:
+    """Put entries back on ENDPOINT's queue; each message's effect still happens once."""
+    wanted = _ids(entry_ids, every)
+    results = _letters(app, endpoint).replay(wanted)
+    for entry_id, result in results.items():
+        click.echo(f"{entry_id}  {result.value}")
+    missing = sorted((wanted or set()) - set(results))
+    for entry_id in missing:
+        click.echo(f"{entry_id}  not found", err=True)
+    click.echo(f"{sum(r.value in ('replayed', 'resent') for r in results.values())} "
+               f"replayed, {len(results)} looked at")
+    if missing:
+        raise SystemExit(1)
+
+
+@dlq.command("purge")
+@click.argument("endpoint")
+@click.argument("entry_ids", nargs=-1)
+@click.option("--all", "every", is_flag=True, help="Purge every entry.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--app", default="function_app", show_default=True, metavar="MODULE[:NAME]")
+def purge_command(endpoint: str, entry_ids: tuple[str, ...], every: bool, yes: bool,
+                  app: str) -> None:
+    """Delete entries for good (and their parked messages' tokens and payloads)."""
+    wanted = _ids(entry_ids, every)
+    if not yes:
+        click.confirm(f"purge {'every entry' if every else len(entry_ids)} of {endpoint}'s "
+                      "poison queue for good?", abort=True)
+    purged = _letters(app, endpoint).purge(wanted)
+    click.echo(f"{len(purged)} purged")
+
+
+def _summary(letter: DeadLetter) -> dict[str, object]:
+    envelope = letter.entry.envelope
+    return {"id": letter.id, "poisoned_at": letter.entry.poisoned_at.isoformat(),
+            "reason": letter.entry.reason, "dequeue_count": letter.entry.dequeue_count,
+            "message_type": envelope.message_type if envelope else None,
+            "message_id": envelope.message_id if envelope else None,
+            "token": letter.token.value if letter.token else "gone",
+            "replayable": letter.replayable}

@@ -1,0 +1,173 @@
+"""Dead letters: reading, replaying and purging an endpoint's poison queue.
+
+A poisoned message's inbox token is *parked* (``inbox``): no copy of it can be processed while
+it sits in the poison queue. Replaying is therefore exactly-once by construction:
+
+1. unpark the token (parked → live) with a compare-and-swap on its ETag - of two replays of one
+   entry, only one can do this;
+2. put the original signal back on the endpoint's queue;
+3. delete the poison entry.
+
+A replay interrupted after step 1 leaves a live token and the entry: replaying again sees the
+token live and just re-sends the signal (a second copy of a live message is a duplicate the
+receiver drops once the first is processed). A token that is gone means the message was
+processed (or purged) since: the entry is stale and is removed. Entries without an envelope
+(bodies that were never a message) cannot be replayed; purge them. A signal the Functions host
+moved to the poison queue itself (after maxDequeueCount, unchanged) is read as an entry whose
+reason says so; its token is still live, so a replay simply re-sends it.
+
+Purging deletes the entry and, when its token is parked, the token and its claim-check
+payload: any late copy of the message is then a duplicate.
+"""
+
+from __future__ import annotations
+
+import binascii
+import contextlib
+import enum
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from bus.envelope import BadSignal, Envelope, decode_signal
+from bus.naming import Names
+from bus.protocol.inbox import Inbox, TokenState
+from bus.protocol.payloads import Payloads
+from bus.protocol.poison import PoisonEntry
+from bus.storage import NotFound, QueueMessage, Queues, StorageError
+
+_PAGE = 32  # the most messages one receive returns
+_PEEK_LEASE = 60.0  # entries are leased this long while they are read, then released
+_ROUNDS = 5
+
+
+class Contention(StorageError):
+    """A token kept changing while we replayed its message; safe to run again."""
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One poison queue entry, with the id that names it in this queue."""
+
+    id: str
+    entry: PoisonEntry
+    token: TokenState | None  # of the message in the inbox; None: gone (or no envelope)
+
+    @property
+    def replayable(self) -> bool:
+        return self.entry.envelope is not None and self.entry.original_body != ""
+
+
+class ReplayResult(str, enum.Enum):
+    REPLAYED = "replayed"  # the token was parked: it is live again and the signal is queued
+    RESENT = "resent"  # an earlier replay was interrupted: the signal is queued again
+    STALE = "stale"  # the message was processed or purged since: the entry was removed
+    NOT_A_MESSAGE = "not a message"  # nothing to replay (kept; purge it)
+
+
+class DeadLetters:
+    """The poison queue of one endpoint."""
+
+    def __init__(self, *, endpoint: str, names: Names, queues: Queues, inbox: Inbox,
+                 payloads: Payloads, clock: Callable[[], float]) -> None:
+        self.endpoint = endpoint
+        self._queue = names.queue(endpoint)
+        self._poison = names.poison_queue(endpoint)
+        self._queues = queues
+        self._inbox = inbox
+        self._payloads = payloads
+        self._clock = clock
+
+    def entries(self) -> list[DeadLetter]:
+        """Every entry, oldest first (entries are leased briefly while read)."""
+        with self._leased() as entries:
+            return [self._letter(m, e) for m, e in entries]
+
+    def replay(self, ids: set[str] | None = None) -> dict[str, ReplayResult]:
+        """Replay the entries named by ``ids`` (all when None); returns what happened to each."""
+        results: dict[str, ReplayResult] = {}
+        with self._leased() as entries:
+            for message, entry in entries:
+                if ids is None or message.id in ids:
+                    results[message.id] = self._replay(message, entry)
+        return results
+
+    def purge(self, ids: set[str] | None = None) -> list[str]:
+        """Delete the entries named by ``ids`` (all when None), their parked tokens and
+        payloads; returns the ids purged."""
+        purged: list[str] = []
+        with self._leased() as entries:
+            for message, entry in entries:
+                if ids is not None and message.id not in ids:
+                    continue
+                if entry.envelope is not None:
+                    token = self._inbox.read(self.endpoint, entry.envelope.attempt_id)
+                    if token is not None and token.state is TokenState.PARKED:
+                        self._inbox.delete_if_unchanged(token)
+                        if entry.envelope.payload_ref is not None:
+                            self._payloads.delete(entry.envelope.payload_ref)
+                self._queues.delete(self._poison, message)
+                purged.append(message.id)
+        return purged
+
+    # -- steps ------------------------------------------------------------------------------
+    def _replay(self, message: QueueMessage, entry: PoisonEntry) -> ReplayResult:
+        envelope = entry.envelope
+        if envelope is None or not entry.original_body:
+            return ReplayResult.NOT_A_MESSAGE
+        for _ in range(_ROUNDS):
+            token = self._inbox.read(self.endpoint, envelope.attempt_id)
+            if token is None or token.state is TokenState.FENCED:
+                self._queues.delete(self._poison, message)
+                return ReplayResult.STALE
+            result = ReplayResult.RESENT
+            if token.state is TokenState.PARKED:
+                if not self._inbox.unpark(token, self._clock()):
+                    continue  # it changed under us: look again
+                result = ReplayResult.REPLAYED
+            self._queues.send(self._queue, entry.original_body)
+            self._queues.delete(self._poison, message)
+            return result
+        raise Contention(f"the token of {envelope.message_id} kept changing")
+
+    def _letter(self, message: QueueMessage, entry: PoisonEntry) -> DeadLetter:
+        state = None
+        if entry.envelope is not None:
+            token = self._inbox.read(self.endpoint, entry.envelope.attempt_id)
+            state = token.state if token is not None else None
+        return DeadLetter(message.id, entry, state)
+
+    @contextmanager
+    def _leased(self) -> Iterator[list[tuple[QueueMessage, PoisonEntry]]]:
+        """Every entry of the poison queue, leased, oldest first; released again on the way
+        out (deleted ones excepted)."""
+        messages: list[QueueMessage] = []
+        while True:
+            page = self._queues.receive(self._poison, max_messages=_PAGE, lease=_PEEK_LEASE)
+            if not page:
+                break
+            messages.extend(page)
+        try:
+            entries = [(m, self._entry(m)) for m in messages]
+            yield sorted(entries, key=lambda pair: pair[1].poisoned_at)
+        finally:
+            for message in messages:
+                with contextlib.suppress(NotFound):  # deleted: replayed or purged
+                    self._queues.extend(self._poison, message, lease=0)
+
+    def _entry(self, message: QueueMessage) -> PoisonEntry:
+        try:
+            return PoisonEntry.decode(message.body)
+        except (ValueError, binascii.Error):
+            pass
+        # Not ours: a signal the host moved here unchanged after maxDequeueCount deliveries.
+        try:
+            envelope: Envelope | None = decode_signal(message.body)
+        except BadSignal:
+            envelope = None
+        return PoisonEntry(
+            reason="moved to the poison queue by the host after its maximum dequeue count",
+            dequeue_count=message.dequeue_count, endpoint=self.endpoint,
+            poisoned_at=datetime.fromtimestamp(self._clock(), tz=timezone.utc),
+            original_body=message.body, envelope=envelope)
