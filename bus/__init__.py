@@ -12,6 +12,7 @@ from bus.envelope import Envelope, PayloadRef
 from bus.messages import Command, Event, Message
 from bus.naming import Names
 from bus.protocol.receive import HandlerFailed, Outcome
+from bus.retry import RetryAfter, RetryPolicy
 from bus.serialization import JsonSerializer, Serializer
 from bus.settings import Settings
 
@@ -30,6 +31,8 @@ __all__ = [
     "Outcome",
     "PartitionState",
     "PayloadRef",
+    "RetryAfter",
+    "RetryPolicy",
     "Serializer",
     "Settings",
 ]

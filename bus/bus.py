@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random as _random
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -26,6 +27,7 @@ from bus.protocol.safeguards import Safeguards
 from bus.protocol.send import Sender
 from bus.protocol.sweeper import Sweeper
 from bus.protocol.topics import Topics
+from bus.retry import backoff
 from bus.serialization import JsonSerializer, Serializer
 from bus.settings import Settings
 from bus.storage import Storage
@@ -35,7 +37,7 @@ from bus.topology import Topology
 class Bus:
     """Send, publish, receive and maintain, against one storage account.
 
-    ``clock``, ``new_id`` and ``sleep`` are injectable so the simulation can make runs
+    ``clock``, ``new_id``, ``sleep`` and ``random`` are injectable so the simulation can make runs
     deterministic; leave them alone otherwise.
     """
 
@@ -44,7 +46,8 @@ class Bus:
                  settings: Settings | None = None, serializer: Serializer | None = None,
                  clock: Callable[[], float] = time.time, new_id: IdFactory = random_id,
                  sleep: Callable[[float], None] = time.sleep,
-                 safeguards: Safeguards | None = None) -> None:
+                 safeguards: Safeguards | None = None,
+                 random: Callable[[], float] = _random.random) -> None:
         self.storage = storage
         self.names = Names(prefix)
         self.topology = Topology(endpoints, routes)
@@ -63,6 +66,7 @@ class Bus:
                               attempts=self.settings.send_attempts)
         self._receivers: dict[str, Receiver] = {}
         self._sleep = sleep
+        self._random = random
         self.ledger = Ledger(tables=storage.tables, table=self.names.ledger_table,
                              dispatcher_for=self._dispatcher, clock=clock, new_id=new_id,
                              safeguards=self.safeguards)
@@ -127,7 +131,8 @@ class Bus:
                    correlation_id: str | None, headers: Mapping[str, str] | None) -> bool:
         # The envelopes are built once: a retry must record the same copies.
         envelopes = self._envelopes(message, to, message_id, correlation_id, headers)
-        retrying = transient_retries(self.settings.send_attempts, sleep=self._sleep)
+        retrying = transient_retries(self.settings.send_attempts,
+                                     backoff(0.05, 2.0, self._random), self._sleep)
         return bool(retrying(self.ledger.send, message_id, envelopes))
 
     def _envelopes(self, message: Message, to: str | None, message_id: str,
@@ -165,7 +170,8 @@ class Bus:
             dispatcher=dispatcher, poison=self.poison_queue(endpoint.name),
             addressing=self.addressing(endpoint.name), tables=self.storage.tables,
             state_table=table, serializer=self.serializer, clock=self.clock,
-            max_delivery_count=self.settings.max_delivery_count, safeguards=self.safeguards)
+            max_delivery_count=self.settings.max_delivery_count, safeguards=self.safeguards,
+            sleep=self._sleep, random=self._random)
 
     def addressing(self, source: str) -> Addressing:
         return Addressing(source=source, routes=self.topology.routes, topics=self.topics,

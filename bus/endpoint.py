@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from bus.context import Context
 from bus.messages import Command, Event, Message
 from bus.naming import check_endpoint
+from bus.retry import DEFAULT_RETRY, RetryPolicy
 
 M = TypeVar("M", bound=Message)
 HandlerFn = Callable[[M, Context], None]
@@ -34,17 +35,24 @@ class Route:
     contract: type[Message]
     handler: Callable[[Any, Context], None]
     partition: Callable[[Any], str]
+    retry: RetryPolicy = DEFAULT_RETRY
 
 
 class Endpoint:
-    """A named service with one queue, one state table and a handler per message type."""
+    """A named service with one queue, one state table and a handler per message type.
 
-    def __init__(self, name: str) -> None:
+    ``retry``: what happens when its handlers raise (``bus.retry``); a policy given to
+    ``handles`` wins for that message type.
+    """
+
+    def __init__(self, name: str, *, retry: RetryPolicy | None = None) -> None:
         self.name = check_endpoint(name)
         self.routes: dict[str, Route] = {}
+        self.retry = retry or DEFAULT_RETRY
 
     def handles(self, contract: type[M], *,
                 partition: Callable[[M], str] | None = None,
+                retry: RetryPolicy | None = None,
                 ) -> Callable[[HandlerFn[M]], HandlerFn[M]]:
         if not (isinstance(contract, type) and issubclass(contract, (Command, Event))):
             raise ConfigurationError(
@@ -59,7 +67,8 @@ class Endpoint:
 
         def register(handler: HandlerFn[M]) -> HandlerFn[M]:
             assert partition is not None
-            self.routes[contract.message_type] = Route(contract, handler, partition)
+            self.routes[contract.message_type] = Route(contract, handler, partition,
+                                                       retry or self.retry)
             return handler
 
         return register

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from bus import Bus, Command, Context, Endpoint, Settings
+from bus import Bus, Command, Context, Endpoint, RetryPolicy, Settings
 from bus.storage import Storage
 
 FAILING = {"on": True}
@@ -20,7 +20,7 @@ class Charge(Command):
 
 
 def build(storage: Storage, prefix: str) -> Bus:
-    payments = Endpoint("payments")
+    payments = Endpoint("payments", retry=RetryPolicy(delays=(0.0,)))  # redeliver at once
 
     @payments.handles(Charge, partition=lambda m: m.order_id)
     def charge(message: Charge, ctx: Context) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bus import Bus, Command, Context, Endpoint, Event
+from bus import Bus, Command, Context, Endpoint, Event, RetryPolicy
 from bus.hosting.worker import Worker
 from bus.storage import Storage
 
@@ -30,7 +30,8 @@ def build(storage: Storage, prefix: str, **kwargs: object) -> Bus:
         ctx.state.put("order", {"amount": message.amount, "note_size": len(message.note)})
         ctx.publish(OrderPlaced(order_id=message.order_id, amount=message.amount))
 
-    @orders.handles(Flaky, partition=lambda m: m.order_id)
+    @orders.handles(Flaky, partition=lambda m: m.order_id,
+                    retry=RetryPolicy(delays=(0.0,)))  # redelivered at once: quick tests
     def flaky(message: Flaky, ctx: Context) -> None:
         raise RuntimeError(f"card declined for {message.order_id}")
 

@@ -69,9 +69,9 @@ class Worker:
             elif isinstance(result, TransientError):
                 self.process(message)
             elif isinstance(result, HandlerFailed):
-                log.info("handler failed (delivery %d), will retry: %s",
-                         message.dequeue_count, result)
-                self._release(message)
+                log.info("handler failed (delivery %d), will retry in %g s: %s",
+                         message.dequeue_count, result.delay, result)
+                self._release(message, result.delay)
             elif isinstance(result, StorageError):
                 log.warning("storage trouble, releasing %s: %s", message.id, result)
                 self._release(message)
@@ -83,8 +83,9 @@ class Worker:
             outcome = self._retrying()(self.receiver.handle, message.body,
                                        message.dequeue_count, lambda: self._ack(message))
         except HandlerFailed as exc:
-            log.info("handler failed (delivery %d), will retry: %s", message.dequeue_count, exc)
-            self._release(message)
+            log.info("handler failed (delivery %d), will retry in %g s: %s",
+                     message.dequeue_count, exc.delay, exc)
+            self._release(message, exc.delay)
             return None
         except StorageError as exc:
             log.warning("storage trouble, releasing %s: %s", message.id, exc)
@@ -105,7 +106,10 @@ class Worker:
         except TransientError:
             log.info("ack of %s failed; the redelivered copy will be a duplicate", message.id)
 
-    def _release(self, message: QueueMessage) -> None:
-        # If this fails too, the lease runs out on its own.
+    def _release(self, message: QueueMessage, delay: float | None = None) -> None:
+        """Make the message visible again after ``delay`` (the retry policy's, for a handler
+        failure) or ``retry_delay`` (storage trouble). If this fails too, the lease runs out
+        on its own."""
         with contextlib.suppress(StorageError):
-            self.bus.storage.queues.extend(self.queue, message, lease=self.retry_delay)
+            self.bus.storage.queues.extend(
+                self.queue, message, lease=self.retry_delay if delay is None else delay)

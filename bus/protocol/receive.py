@@ -24,8 +24,12 @@ from __future__ import annotations
 import base64
 import enum
 import logging
+import random as _random
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from tenacity import RetryCallState, Retrying, retry_if_not_exception_type, stop_after_attempt
 
 from bus.addressing import Addressing
 from bus.context import Context, PartitionState, StateError, check_key
@@ -39,8 +43,9 @@ from bus.protocol.payloads import Payloads
 from bus.protocol.poison import PoisonQueue
 from bus.protocol.records import OutboxRecord
 from bus.protocol.safeguards import Safeguards
+from bus.retry import RetryAfter, RetryPolicy, backoff
 from bus.serialization import PayloadError, Serializer
-from bus.storage import StorageError, Tables
+from bus.storage import StorageError, TableOp, Tables
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +61,12 @@ class Outcome(str, enum.Enum):
 
 
 class HandlerFailed(Exception):
-    """The handler raised and the delivery count allows another try: redeliver the signal."""
+    """The handler raised and the delivery count allows another try: redeliver the signal
+    after ``delay`` seconds (the route's retry policy, or what the handler asked for)."""
+
+    def __init__(self, message: str, delay: float = 0.0) -> None:
+        super().__init__(message)
+        self.delay = delay
 
 
 class Contention(StorageError):
@@ -110,7 +120,10 @@ class Receiver:
                  dispatcher: Dispatcher, poison: PoisonQueue, addressing: Addressing,
                  tables: Tables, state_table: str, serializer: Serializer,
                  clock: Callable[[], float], max_delivery_count: int,
-                 safeguards: Safeguards) -> None:
+                 safeguards: Safeguards, sleep: Callable[[float], None] = time.sleep,
+                 random: Callable[[], float] = _random.random) -> None:
+        self._sleep = sleep
+        self._random = random
         self._endpoint = endpoint
         self._inbox = inbox
         self._outbox = outbox
@@ -376,11 +389,8 @@ class Receiver:
 
     def _run_and_commit(self, d: _Decoded, slot: Slot, body: str, dequeue_count: int,
                         ack: Callable[[], None]) -> Slot | None:
-        state = PartitionState(self._tables, self._state_table, d.partition)
-        ctx = Context(self.endpoint, d.envelope, dequeue_count, state, self._addressing, [])
         try:
-            d.route.handler(d.message, ctx)
-            operations = state.operations()
+            operations, ctx = self._run(d, dequeue_count)
             record = OutboxRecord(endpoint=self.endpoint, message_id=d.envelope.message_id,
                                   attempt_id=d.envelope.attempt_id,
                                   payload_ref=d.envelope.payload_ref, outgoing=ctx.outgoing,
@@ -391,10 +401,36 @@ class Receiver:
             raise  # infrastructure or a lost race, not the handler's fault
         except Exception as exc:  # the handler's own failure, or what it asked for (too big)
             if dequeue_count < self._max_delivery_count:
+                delay = (exc.seconds if isinstance(exc, RetryAfter)
+                         else d.route.retry.delay_after(dequeue_count))
                 raise HandlerFailed(f"{d.route.contract.message_type} handler raised "
-                                    f"{exc!r}") from exc
+                                    f"{exc!r}", delay) from exc
             self._poison_failed(body, d.envelope, exc, dequeue_count, ack)
             return None
+
+    def _run(self, d: _Decoded, dequeue_count: int) -> tuple[list[TableOp], Context]:
+        """Step 5 with the route's immediate retries: every attempt starts from fresh reads
+        and an empty outbox, so a failed attempt leaves nothing behind."""
+        policy = d.route.retry
+        retrying = Retrying(
+            stop=stop_after_attempt(policy.immediate),
+            wait=self._backoff(policy),
+            retry=retry_if_not_exception_type((StorageError, ClaimLost, RetryAfter)),
+            sleep=self._sleep, reraise=True)
+        state = PartitionState(self._tables, self._state_table, d.partition)
+        ctx = Context(self.endpoint, d.envelope, dequeue_count, state, self._addressing, [])
+        for attempt in retrying:
+            with attempt:
+                if self._safeguards.fresh_retry_state:  # off: the "dirty-retry" break
+                    state = PartitionState(self._tables, self._state_table, d.partition)
+                    ctx = Context(self.endpoint, d.envelope, dequeue_count, state,
+                                  self._addressing, [])
+                d.route.handler(d.message, ctx)
+                operations = state.operations()
+        return operations, ctx
+
+    def _backoff(self, policy: RetryPolicy) -> Callable[[RetryCallState], float]:
+        return backoff(policy.backoff_initial, policy.backoff_max, self._random)
 
     # -- poison ---------------------------------------------------------------------------
     def _poison_bad(self, body: str, envelope: Envelope | None, reason: str,

@@ -21,6 +21,8 @@ class Safeguards:
     """Process a message only while its inbox token exists."""
     send_ledger: bool = True
     """``send_once`` looks a message id up in the send ledger before sending it."""
+    fresh_retry_state: bool = True
+    """An immediate retry of a handler starts from fresh reads and an empty outbox."""
 
 
 BREAKS: dict[str, tuple[Safeguards, str]] = {
@@ -34,4 +36,6 @@ BREAKS: dict[str, tuple[Safeguards, str]] = {
                          "process a message without checking its inbox token"),
     "forget-sent": (Safeguards(send_ledger=False),
                     "send_once records every call as a new message (no ledger lookup)"),
+    "dirty-retry": (Safeguards(fresh_retry_state=False),
+                    "an immediate retry keeps the writes and sends of the failed attempt"),
 }

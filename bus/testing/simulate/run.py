@@ -42,10 +42,11 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
     profile = FaultProfile.draw(rng)
     world = World(rng.getrandbits(64), profile)
     storage = InMemoryStorage(hooks=world)
-    knobs = Knobs(partitions=rng.randint(1, 3), handler_failure=profile.handler_failure)
+    knobs = Knobs(partitions=rng.randint(1, 3), handler_failure=profile.handler_failure,
+                  immediate=rng.randint(1, 3), retry_after=profile.handler_failure / 2)
     bus = Bus(storage, build(knobs, world.rng.random, world.new_id), prefix="sim",
               settings=SETTINGS, clock=world.now, new_id=world.new_id, sleep=world.sleep,
-              safeguards=safeguards)
+              safeguards=safeguards, random=world.rng.random)
     bus.provision()
     roots = rng.randint(2, 6)
     garbage = _garbage(bus, world, rng.randint(0, 2))

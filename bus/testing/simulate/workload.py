@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from bus import Command, Context, Endpoint, Event
 from bus.messages import Message
+from bus.retry import RetryAfter, RetryPolicy
 
 ENDPOINTS = ("a", "b", "c", "d", "e")
 EXPECTED = (("a", "Start"), ("b", "Step"), ("c", "Happened"), ("d", "Happened"),
@@ -45,10 +46,13 @@ class Finish(Command):
 class Knobs:
     partitions: int
     handler_failure: float
+    immediate: int = 1  # handler attempts per delivery (immediate retries)
+    retry_after: float = 0.0  # chance that a handler asks for a delayed retry instead
 
 
 def build(knobs: Knobs, roll: Callable[[], float], new_id: Callable[[], str]) -> list[Endpoint]:
-    endpoints = {name: Endpoint(name) for name in ENDPOINTS}
+    policy = RetryPolicy(immediate=knobs.immediate, backoff_initial=0.01, delays=(0.1, 0.5))
+    endpoints = {name: Endpoint(name, retry=policy) for name in ENDPOINTS}
 
     def partition(message: Start | Step | Happened | Finish) -> str:
         return f"p{message.root % knobs.partitions}"
@@ -56,17 +60,23 @@ def build(knobs: Knobs, roll: Callable[[], float], new_id: Callable[[], str]) ->
     def effect(ctx: Context, message: Message, root: int) -> None:
         if roll() < knobs.handler_failure:
             raise RuntimeError("injected handler failure")
+        if roll() < knobs.retry_after:
+            raise RetryAfter(roll(), "injected: try later")
         ctx.state.put(f"fx.{root}.{message.message_type}.{new_id()}",
                       {"root": root, "type": message.message_type})
         counter = ctx.state.get("counter") or {"n": 0}
         n = counter["n"]
         assert isinstance(n, int)
         ctx.state.put("counter", {"n": n + 1})
+        if roll() < knobs.handler_failure:  # after writing: an attempt must leave nothing
+            raise RuntimeError("injected handler failure after its writes")
 
     @endpoints["a"].handles(Start, partition=partition)
     def on_start(message: Start, ctx: Context) -> None:
         effect(ctx, message, message.root)
         ctx.send(Step(root=message.root, pad=message.pad))
+        if roll() < knobs.handler_failure:  # after sending: the send must not happen either
+            raise RuntimeError("injected handler failure after its send")
 
     @endpoints["b"].handles(Step, partition=partition)
     def on_step(message: Step, ctx: Context) -> None:
