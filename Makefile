@@ -5,12 +5,13 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 SIM_RUNS ?= 300
 
-.PHONY: help setup lint test sim demo devhost clean lock infra-check bench
+.PHONY: help setup lint test sim demo devhost clean lock infra-check spark-demo bench
 
 help:
 	@echo "make test   - set up (venv, pinned deps, Azurite) and run lint, types and every test"
 	@echo "make demo   - the main job: 1,000 orders through the Functions app on Azurite, checked"
 	@echo "make sim    - the deterministic simulation: SIM_RUNS=2000 make sim"
+	@echo "make spark-demo - Spark producer -> Functions app -> Spark consumer on Azurite, checked"
 	@echo "make bench  - benchmarks vs the raw transport and kombu -> bench/results/ (QUICK=1: < 3 min)"
 	@echo "make infra-check - offline checks of infra/ (topology in sync, checkov, Bicep structure)"
 
@@ -26,7 +27,7 @@ node_modules/.installed: package.json package-lock.json
 setup: $(BIN)/.installed node_modules/.installed
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff check bus tests devhost bench function_app.py
+	$(BIN)/ruff check bus tests devhost bench spark function_app.py
 	$(BIN)/mypy
 
 test: setup lint
@@ -45,6 +46,12 @@ demo: setup
 QUICK ?=
 bench: setup
 	$(PY) -m bench $(if $(filter 1 yes true,$(QUICK)),--quick)
+
+# Spark jobs through the same app: PlaceOrder rows in, OrderBilled streamed to Parquet, checked
+# (docs/spark.md). The last line printed is a JSON summary; non-zero exit on loss or duplicates.
+SPARK_ORDERS ?= 200
+spark-demo: setup
+	$(PY) -m spark.demo --orders $(SPARK_ORDERS)
 
 # Run the function app locally (Azurite must be running; settings from local.settings.json).
 devhost: setup

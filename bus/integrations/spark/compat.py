@@ -1,0 +1,141 @@
+"""The Spark 3.4+ API (Azure Synapse has no Python Data Source API): functions, same guarantees.
+
+    result = bus.spark.publish(df, PlaceOrder, destination="orders", key_column="order_id",
+                               connection_string=conn)
+    df = bus.spark.receive(spark, "analytics", run_key="2024-06-01", connection_string=conn)
+
+``publish`` stages each partition in a task (``mapInArrow``: Spark keeps one result per
+partition, like a data source's commit messages) and publishes on the driver once the job has
+succeeded. ``receive`` drains and stages on the driver and returns the staged rows. Only APIs
+Spark 3.4 has (also on Spark Connect); pyspark and pyarrow are imported inside the functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from bus.integrations.spark.options import (
+    Connection,
+    ReadOptions,
+    WriteOptions,
+    check_message_class,
+    class_path,
+)
+from bus.integrations.spark.reader import Drainer, read_batch_key, schema_ddl, staged_rows
+from bus.integrations.spark.reader import subscribe as _subscribe
+from bus.integrations.spark.staging import Staging
+from bus.integrations.spark.writer import (
+    JobWriter,
+    PublishResult,
+    StagedPart,
+    check_columns,
+    sweep,
+)
+from bus.messages import Message
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+_RESULT = "partition_id int, staging string, rows long"
+
+
+def publish(df: DataFrame, message_type: type[Message] | str, *,
+            destination: str | None = None, key_column: str | None = None,
+            run_key: str | None = None, connection_string: str | None = None,
+            account_name: str | None = None, prefix: str = "",
+            parallelism: int = 16) -> PublishResult:
+    """Send each row of ``df`` as a ``message_type`` command to ``destination``, or publish it
+    as an event, exactly once per message id (see docs/spark.md for the ids and options)."""
+    if not isinstance(message_type, str):
+        message_type = class_path(check_message_class(message_type, repr(message_type)))
+    options = WriteOptions(Connection(connection_string, account_name, prefix), message_type,
+                           destination=destination, key_column=key_column, run_key=run_key,
+                           parallelism=parallelism)
+    job = JobWriter(options)
+    check_columns(options.contract(), df.columns, key_column)
+    job.prepare()
+    try:
+        results = df.mapInArrow(_StageTask(job), _RESULT).collect()
+    except Exception:
+        job.abort()
+        raise
+    return job.commit([StagedPart(int(r["partition_id"]), str(r["staging"]), int(r["rows"]))
+                       for r in results])
+
+
+class _StageTask:
+    """The task function of ``publish`` (picklable: Spark ships it to the executors)."""
+
+    def __init__(self, job: JobWriter) -> None:
+        self.job = job
+
+    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        partition_id = context.partitionId() if context is not None else 0
+        attempt = context.attemptNumber() if context is not None else 0
+        rows = (row for batch in batches for row in batch.to_pylist())
+        part = self.job.stage(partition_id, rows, attempt)
+        yield pa.RecordBatch.from_pylist(
+            [{"partition_id": part.partition_id, "staging": part.staging, "rows": part.rows}],
+            schema=pa.schema([("partition_id", pa.int32()), ("staging", pa.string()),
+                              ("rows", pa.int64())]))
+
+
+def receive(spark: SparkSession, endpoint: str, *, run_key: str,
+            message_type: type[Message] | str | None = None, max_messages: int = 10_000,
+            lease_seconds: float = 300.0, subscribe: Sequence[str] = (),
+            connection_string: str | None = None, account_name: str | None = None,
+            prefix: str = "") -> DataFrame:
+    """The messages pending at ``endpoint`` as a DataFrame, each taken exactly once. The
+    first call with a ``run_key`` drains and stages; later calls with it return the same rows
+    (until ``forget_read``). Columns: docs/spark.md."""
+    if message_type is not None and not isinstance(message_type, str):
+        message_type = class_path(check_message_class(message_type, repr(message_type)))
+    options = ReadOptions(Connection(connection_string, account_name, prefix), endpoint,
+                          message_class=message_type, max_messages=max_messages,
+                          lease_seconds=lease_seconds, subscribe=tuple(subscribe),
+                          run_key=run_key)
+    options.check(streaming=False)
+    bus = options.connection.bus()
+    staging = Staging(bus.storage, prefix)
+    contract = options.contract()
+    drainer = Drainer(bus, staging, endpoint, contract=contract, lease_seconds=lease_seconds)
+    drainer.prepare(options.subscribe)
+    key = read_batch_key(endpoint, run_key)
+    drainer.stage(key, max_messages, close_empty=True)
+    return spark.createDataFrame(staged_rows(staging, key, contract), schema=schema_ddl(contract))
+
+
+def forget_read(endpoint: str, run_key: str, *, connection_string: str | None = None,
+                account_name: str | None = None, prefix: str = "") -> int:
+    """Delete what a batch read with ``run_key`` staged (once its results are safely stored);
+    returns how many rows. A later read with that run key drains the queue again."""
+    connection = Connection(connection_string, account_name, prefix)
+    staging = Staging(connection.storage(), prefix)
+    return staging.delete_partition(read_batch_key(endpoint, run_key))
+
+
+def subscribe(endpoint: str, topics: Sequence[str] = (), *,
+              connection_string: str | None = None, account_name: str | None = None,
+              prefix: str = "") -> None:
+    """Make ``endpoint`` a reader endpoint subscribed to ``topics`` (event type names): creates
+    the bus's tables, the endpoint's queues and the staging table. Idempotent. Subscribe before
+    the events are published: a subscriber gets the events published after it subscribed."""
+    connection = Connection(connection_string, account_name, prefix)
+    bus = connection.bus()
+    _subscribe(bus, endpoint, topics)
+    Staging(bus.storage, prefix).ensure()
+
+
+def sweep_staging(older_than_seconds: float = 24 * 3600.0, *,
+                  connection_string: str | None = None, account_name: str | None = None,
+                  prefix: str = "") -> int:
+    """Delete write staging older than ``older_than_seconds`` that no job will publish (a
+    driver that died, a speculative task killed late); returns how many staging partitions.
+    A table scan: schedule it daily, with a margin longer than any write job runs."""
+    connection = Connection(connection_string, account_name, prefix)
+    return sweep(Staging(connection.storage(), prefix), older_than_seconds)

@@ -1,0 +1,223 @@
+"""The options of the Spark integration: parsed once, from Spark's string options or keywords.
+
+Spark hands a data source its options as strings (case-insensitive names); the Spark 3.4
+functions take the same names as keyword arguments. Both end up here, so the two APIs cannot
+drift apart. Every object here is picklable: Spark ships it to the executors.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from bus.bus import Bus
+from bus.envelope import ID_PATTERN
+from bus.messages import Command, Event, Message, topic_of
+from bus.naming import NamingError, check_endpoint
+from bus.storage import Storage
+
+
+class OptionError(ValueError):
+    """An option is missing or wrong; the message names it and says what to do."""
+
+
+_ID = re.compile(ID_PATTERN)
+_RUN_KEY = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class Connection:
+    """Where the bus lives: a connection string, or an account name with Entra ID
+    (DefaultAzureCredential), plus the installation's ``prefix``."""
+
+    connection_string: str | None = field(default=None, repr=False)  # holds the key
+    account_name: str | None = None
+    prefix: str = ""
+
+    def __post_init__(self) -> None:
+        if (self.connection_string is None) == (self.account_name is None):
+            raise OptionError("give exactly one of the options 'connection_string' and "
+                              "'account_name' (Entra ID through DefaultAzureCredential)")
+
+    def storage(self) -> Storage:
+        from bus.adapters.azure import AzureStorage
+
+        if self.connection_string is not None:
+            return AzureStorage.from_connection_string(self.connection_string)
+        assert self.account_name is not None
+        return AzureStorage.from_account(self.account_name)
+
+    def bus(self, routes: Mapping[type[Message] | str, str] | None = None,
+            storage: Storage | None = None) -> Bus:
+        return Bus(storage or self.storage(), prefix=self.prefix, routes=routes)
+
+
+def load_message_class(path: str) -> type[Message]:
+    """The contract class named ``module:ClassName`` (or ``module.ClassName``)."""
+    module_name, sep, class_name = path.partition(":")
+    if not sep:
+        module_name, _, class_name = path.rpartition(".")
+    if not module_name or not class_name:
+        raise OptionError(f"message_type {path!r}: write it as 'package.module:ClassName'")
+    try:
+        found = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as exc:
+        raise OptionError(f"message_type {path!r} cannot be imported ({exc}); is the module "
+                          "installed on the driver and on every executor?") from exc
+    return check_message_class(found, path)
+
+
+def check_message_class(found: object, name: str) -> type[Message]:
+    if not (isinstance(found, type) and issubclass(found, (Command, Event))):
+        raise OptionError(f"message_type {name!r} is not a bus Command or Event class")
+    return found
+
+
+def class_path(contract: type[Message]) -> str:
+    return f"{contract.__module__}:{contract.__qualname__}"
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """What a write sends, where, and how message ids are made."""
+
+    connection: Connection
+    message_class: str  # "module:Class": the class itself is imported where it is needed
+    destination: str | None = None
+    key_column: str | None = None
+    run_key: str | None = None
+    parallelism: int = 16
+
+    def contract(self) -> type[Message]:
+        return load_message_class(self.message_class)
+
+    def check(self) -> None:
+        """Fail on the driver, before any task runs, when the options cannot work."""
+        contract = self.contract()
+        if issubclass(contract, Command) and self.destination is None:
+            raise OptionError(f"{contract.message_type} is a command: set the option "
+                              "'destination' to the endpoint that handles it")
+        if issubclass(contract, Event) and self.destination is not None:
+            raise OptionError(f"{contract.message_type} is an event, published to its topic: "
+                              "drop the option 'destination'")
+        if self.destination is not None:
+            _endpoint("destination", self.destination)
+        if self.key_column is None and self.run_key is None:
+            raise OptionError("set 'key_column' (a column whose value identifies each row's "
+                              "message) or 'run_key' (a stable name of this job run)")
+        if self.run_key is not None and not _RUN_KEY.match(self.run_key):
+            raise OptionError(f"run_key {self.run_key!r}: use 1-64 letters, digits, '_' or '-'")
+        if self.parallelism < 1:
+            raise OptionError("parallelism must be at least 1")
+
+    def routes(self) -> dict[type[Message] | str, str]:
+        contract = self.contract()
+        return {contract: self.destination} if self.destination is not None else {}
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """What a read drains (``endpoint``), how much, and how it parses payloads."""
+
+    connection: Connection
+    endpoint: str
+    message_class: str | None = None
+    max_messages: int = 10_000
+    lease_seconds: float = 300.0
+    subscribe: tuple[str, ...] = ()
+    run_key: str | None = None  # batch reads: the staging key
+    consumer: str | None = None  # streaming reads: the stable consumer name
+    poll_seconds: float = 1.0
+
+    def contract(self) -> type[Message] | None:
+        return None if self.message_class is None else load_message_class(self.message_class)
+
+    def check(self, *, streaming: bool) -> None:
+        _endpoint("endpoint", self.endpoint)
+        if streaming and (self.consumer is None or not _RUN_KEY.match(self.consumer)):
+            raise OptionError("a streaming read needs the option 'consumer': a stable name "
+                              "(1-64 letters, digits, '_' or '-') that only this query uses")
+        if not streaming and (self.run_key is None or not _RUN_KEY.match(self.run_key)):
+            raise OptionError("a batch read needs the option 'run_key' (1-64 letters, digits, "
+                              "'_' or '-'): a re-run with the same run key reads the same "
+                              "messages")
+        if not 1 <= self.max_messages <= 100_000:
+            raise OptionError("max_messages / batch_size must be between 1 and 100000")
+        if self.lease_seconds < 30:
+            raise OptionError("lease_seconds must be at least 30")
+        self.contract()
+
+
+def _endpoint(option: str, name: str) -> str:
+    try:
+        return check_endpoint(name)
+    except NamingError as exc:
+        raise OptionError(f"{option}: {exc}") from exc
+
+
+# -- from Spark's string options -------------------------------------------------------------
+def connection_from(options: Mapping[str, str]) -> Connection:
+    return Connection(connection_string=options.get("connection_string") or None,
+                      account_name=options.get("account_name") or None,
+                      prefix=options.get("prefix", ""))
+
+
+def write_options(options: Mapping[str, str]) -> WriteOptions:
+    message_type = options.get("message_type")
+    if not message_type:
+        raise OptionError("set the option 'message_type' to the contract class, as "
+                          "'package.module:ClassName'")
+    opts = WriteOptions(
+        connection=connection_from(options), message_class=message_type,
+        destination=options.get("destination") or None,
+        key_column=options.get("key_column") or None, run_key=options.get("run_key") or None,
+        parallelism=_int(options, "parallelism", 16))
+    opts.check()
+    topic = options.get("topic")
+    contract = opts.contract()
+    if topic and not (issubclass(contract, Event) and topic_of(contract) == topic):
+        raise OptionError(f"topic {topic!r}: {contract.message_type} is published to the topic "
+                          f"of its type ({contract.message_type!r}) and only there")
+    return opts
+
+
+def read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
+    endpoint = options.get("endpoint")
+    if not endpoint:
+        raise OptionError("set the option 'endpoint': the bus endpoint whose queue to read")
+    size_name = "batch_size" if streaming else "max_messages"
+    opts = ReadOptions(
+        connection=connection_from(options), endpoint=endpoint,
+        message_class=options.get("message_type") or None,
+        max_messages=_int(options, size_name, 1_000 if streaming else 10_000),
+        lease_seconds=_float(options, "lease_seconds", 300.0),
+        subscribe=tuple(t.strip() for t in options.get("subscribe", "").split(",") if t.strip()),
+        run_key=options.get("run_key") or None, consumer=options.get("consumer") or None,
+        poll_seconds=_float(options, "poll_seconds", 1.0))
+    opts.check(streaming=streaming)
+    return opts
+
+
+def _int(options: Mapping[str, str], name: str, default: int) -> int:
+    return int(_number(options, name, default))
+
+
+def _float(options: Mapping[str, str], name: str, default: float) -> float:
+    return float(_number(options, name, default))
+
+
+def _number(options: Mapping[str, str], name: str, default: float) -> Any:
+    raw = options.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw) if "." in str(raw) else int(raw)
+    except ValueError as exc:
+        raise OptionError(f"option {name!r} must be a number, not {raw!r}") from exc
+
+
+def message_id_ok(value: str) -> bool:
+    return bool(_ID.match(value))

@@ -1,0 +1,298 @@
+"""Reading an endpoint's queue: take each pending message once, stage it, then settle it.
+
+A Spark reader is an endpoint without handlers: its queue is ``names.queue(endpoint)`` and a
+message copy may be taken only while its inbox token is live (docs/protocol.md). Taking a batch:
+
+1. receive up to 32 signals; decode them (garbage, a wrong destination, a payload that is not
+   the expected contract: poison queue with the reason, token parked);
+2. read their tokens in one request: gone or fenced - a duplicate, delete it; parked - already
+   in the poison queue; live - take it (fetch its payload, from the claim check if need be);
+3. stage the taken messages under the batch's key (row key: the attempt id, so a copy staged
+   twice is one row);
+4. settle them: consume the token, delete the queue message and the claim-check blob.
+
+Staging comes before settling, so a crash in between loses nothing: the batch's rows are there
+and settling them again is harmless (``stage`` does it when it finds a batch that was never
+closed). A closed batch (its ``~done`` marker row written) is only ever read again.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime as dt
+import json
+import logging
+import time
+import types
+import typing
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from bus.bus import Bus
+from bus.envelope import BadSignal, Envelope, PayloadRef, decode_signal
+from bus.integrations.spark.options import OptionError
+from bus.integrations.spark.staging import MARKER, StagedRow, Staging, retried
+from bus.messages import Message
+from bus.protocol.inbox import Token, TokenState
+from bus.serialization import PayloadError
+from bus.storage import EntityValue, NotFound, QueueMessage
+
+log = logging.getLogger("bus.spark")
+
+BASE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("message_id", "string"), ("message_type", "string"), ("correlation_id", "string"),
+    ("causation_id", "string"), ("source", "string"), ("topic", "string"),
+    ("sent_at", "timestamp"), ("headers", "map<string,string>"), ("payload", "string"))
+"""The columns of every row read from the bus; ``payload`` is the message as JSON text."""
+
+_SIMPLE = {str: "string", int: "bigint", float: "double", bool: "boolean",
+           dt.datetime: "timestamp", dt.date: "date"}
+
+
+def contract_columns(contract: type[Message] | None) -> list[tuple[str, str]]:
+    """The parsed columns a read adds for ``message_type``: one per field of the contract
+    (strings, numbers, booleans, dates and timestamps as such; anything else as JSON text)."""
+    if contract is None:
+        return []
+    taken = {name for name, _ in BASE_COLUMNS}
+    columns = []
+    for name, f in contract.model_fields.items():
+        if name in taken:
+            raise OptionError(f"{contract.message_type}.{name} has the name of a standard "
+                              "column; read without message_type and parse 'payload' yourself")
+        columns.append((name, _spark_type(f.annotation)))
+    return columns
+
+
+def schema_ddl(contract: type[Message] | None) -> str:
+    return ", ".join(f"`{name}` {kind}" for name, kind in (*BASE_COLUMNS,
+                                                            *contract_columns(contract)))
+
+
+def _spark_type(annotation: Any) -> str:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return _spark_type(args[0])
+    if annotation is Decimal:
+        return "string"
+    return _SIMPLE.get(annotation, "string")
+
+
+@dataclass(frozen=True)
+class _Taken:
+    message: QueueMessage
+    envelope: Envelope
+    payload: str
+
+
+class Drainer:
+    """Takes messages from ``endpoint``'s queue into staged batches (see the module doc)."""
+
+    def __init__(self, bus: Bus, staging: Staging, endpoint: str, *,
+                 contract: type[Message] | None = None, lease_seconds: float = 300.0,
+                 parallelism: int = 16) -> None:
+        self._bus = bus
+        self._staging = staging
+        self.endpoint = endpoint
+        self._queue = bus.names.queue(endpoint)
+        self._contract = contract
+        self._lease = lease_seconds
+        self._parallelism = parallelism
+
+    def prepare(self, topics: Sequence[str] = ()) -> None:
+        """Create what reading needs (idempotent): the bus's tables and containers, the
+        endpoint's queue and poison queue, the staging table; subscribe to ``topics``."""
+        subscribe(self._bus, self.endpoint, topics)
+        self._staging.ensure()
+
+    def stage(self, key: str, limit: int, *, close_empty: bool, fresh: bool = False) -> int | None:
+        """Take up to ``limit`` messages into the batch ``key`` and close it; returns how many
+        it holds. A closed batch is returned as it is. With nothing to take and
+        ``close_empty`` false, nothing is written and None is returned. ``fresh``: the caller
+        knows the batch was never started (skips one read)."""
+        rows = [] if fresh else self._staging.rows(key)
+        if rows and rows[-1][0] == MARKER:
+            return len(rows) - 1
+        if rows:  # a batch that was never closed: settle what it holds, then carry on
+            log.warning("batch %s was left open by a crash: settling its %d messages",
+                        key, len(rows))
+            self._resettle([values for _, values in rows])
+        seen = {row_key for row_key, _ in rows}
+        count = len(rows)
+        while count < limit:
+            received = retried(self._bus.storage.queues.receive, self._queue,
+                               max_messages=min(32, limit - count), lease=self._lease)
+            if not received:
+                break
+            taken, extra = self._sort(received, seen)
+            self._staging.put(key, [self._row(t, count + i) for i, t in enumerate(taken)])
+            self._settle(taken, extra)
+            count += len(taken)
+        if count == 0 and not close_empty:
+            return None
+        self._staging.upsert(key, StagedRow(MARKER, {"rows": count, "closed_at": time.time()}))
+        return count
+
+    # -- sorting a received round ---------------------------------------------------------------
+    def _sort(self, received: list[QueueMessage],
+              seen: set[str]) -> tuple[list[_Taken], list[QueueMessage]]:
+        decoded: list[tuple[QueueMessage, Envelope]] = []
+        for message in received:
+            try:
+                envelope = decode_signal(message.body)
+            except BadSignal as exc:
+                self._poison(message, None, str(exc), None)
+                continue
+            if envelope.destination != self.endpoint:  # its token is another endpoint's
+                self._poison(message, envelope, f"signal addressed to "
+                             f"{envelope.destination!r} arrived at {self.endpoint!r}", None)
+                continue
+            decoded.append((message, envelope))
+        tokens = retried(self._bus.inbox.read_many, self.endpoint,
+                         [envelope.attempt_id for _, envelope in decoded])
+        taken: list[_Taken] = []
+        extra: list[QueueMessage] = []
+        for message, envelope in decoded:
+            token = tokens.get(envelope.attempt_id)
+            if envelope.attempt_id in seen:
+                extra.append(message)  # another copy of a signal taken already
+            elif token is None or token.state is TokenState.FENCED:
+                self._duplicate(message, envelope)
+            elif token.state is TokenState.PARKED:
+                self._delete(message)
+            else:
+                problem, payload = self._payload(envelope)
+                if payload is None:
+                    self._poison(message, envelope, problem, token)
+                    continue
+                seen.add(envelope.attempt_id)
+                taken.append(_Taken(message, envelope, payload))
+        return taken, extra
+
+    def _payload(self, envelope: Envelope) -> tuple[str, str | None]:
+        """The payload as text, or why it cannot be taken."""
+        contract = self._contract
+        if contract is not None and envelope.message_type != contract.message_type:
+            return (f"message type {envelope.message_type!r} arrived at {self.endpoint!r}, "
+                    f"whose reader expects {contract.message_type!r}", None)
+        if envelope.payload_ref is None:
+            data = envelope.inline_payload()
+        else:
+            found = retried(self._bus.payloads.get, envelope.payload_ref)
+            if found is None:
+                return f"payload blob {envelope.payload_ref.blob} is missing", None
+            data = found
+        if contract is not None:
+            try:
+                self._bus.serializer.loads(data, contract)
+            except PayloadError as exc:
+                return str(exc), None
+        if envelope.payload_encoding == "base64":
+            return "", base64.b64encode(data).decode("ascii")  # binary: kept base64-encoded
+        return "", data.decode("utf-8")
+
+    def _row(self, taken: _Taken, seq: int) -> StagedRow:
+        e = taken.envelope
+        values: dict[str, EntityValue] = {
+            "seq": seq, "message_id": e.message_id, "message_type": e.message_type,
+            "correlation_id": e.correlation_id, "causation_id": e.causation_id,
+            "source": e.source, "topic": e.topic, "sent_at": e.sent_at.isoformat(),
+            "headers": json.dumps(e.headers), "attempt_id": e.attempt_id}
+        if e.payload_ref is not None:
+            values["payload_container"] = e.payload_ref.container
+            values["payload_blob"] = e.payload_ref.blob
+        return StagedRow(e.attempt_id, {k: v for k, v in values.items() if v is not None},
+                         {"payload": taken.payload})
+
+    # -- settling -------------------------------------------------------------------------------
+    def _settle(self, taken: list[_Taken], extra: list[QueueMessage]) -> None:
+        def settle(t: _Taken) -> None:
+            # Consuming the token is what makes the take final; it must not be skipped.
+            retried(self._bus.inbox.consume, self.endpoint, t.envelope.attempt_id)
+            self._delete(t.message)
+            if t.envelope.payload_ref is not None:
+                retried(self._bus.payloads.delete, t.envelope.payload_ref)
+
+        with ThreadPoolExecutor(self._parallelism) as pool:
+            list(pool.map(settle, taken))
+            list(pool.map(self._delete, extra))
+
+    def _resettle(self, rows: list[dict[str, EntityValue]]) -> None:
+        def settle(values: dict[str, EntityValue]) -> None:
+            retried(self._bus.inbox.consume, self.endpoint, str(values["attempt_id"]))
+            if "payload_blob" in values:
+                retried(self._bus.payloads.delete, PayloadRef(
+                    container=str(values["payload_container"]),
+                    blob=str(values["payload_blob"])))
+
+        with ThreadPoolExecutor(self._parallelism) as pool:
+            list(pool.map(settle, rows))
+
+    def _delete(self, message: QueueMessage) -> None:
+        # NotFound: the lease ran out; the copy comes back and is recognised as a duplicate.
+        with contextlib.suppress(NotFound):
+            retried(self._bus.storage.queues.delete, self._queue, message)
+
+    def _duplicate(self, message: QueueMessage, envelope: Envelope) -> None:
+        if envelope.payload_ref is not None:  # the token is gone: the blob is garbage
+            retried(self._bus.payloads.delete, envelope.payload_ref)
+        self._delete(message)
+
+    def _poison(self, message: QueueMessage, envelope: Envelope | None, reason: str,
+                token: Token | None) -> None:
+        now = self._bus.clock()
+        retried(self._bus.poison_queue(self.endpoint).put, message.body, reason=reason,
+                dequeue_count=message.dequeue_count, now=now, envelope=envelope)
+        if token is not None and token.state is TokenState.LIVE:
+            retried(self._bus.inbox.park, token, now)
+        self._delete(message)
+        log.warning("poisoned a message at %s: %s", self.endpoint, reason)
+
+
+def read_batch_key(endpoint: str, run_key: str) -> str:
+    """The staging partition of a batch read."""
+    return f"r~{endpoint}~{run_key}"
+
+
+def subscribe(bus: Bus, endpoint: str, topics: Sequence[str] = ()) -> None:
+    """Make ``endpoint`` a reader endpoint: the bus's shared tables and containers, its queue
+    and poison queue, and its subscription to each of ``topics`` (idempotent)."""
+    bus.provision()
+    queues = bus.storage.queues
+    retried(queues.create_queue, bus.names.queue(endpoint))
+    retried(queues.create_queue, bus.names.poison_queue(endpoint))
+    for topic in topics:
+        bus.topics.subscribe(topic, endpoint)
+
+
+def staged_rows(staging: Staging, key: str,
+                contract: type[Message] | None) -> list[tuple[Any, ...]]:
+    """The rows of a staged batch, in the order they were taken, as tuples in the column
+    order of ``schema_ddl(contract)``."""
+    rows = [values for row_key, values in staging.rows(key) if row_key != MARKER]
+    rows.sort(key=lambda values: int(str(values.get("seq") or 0)))
+    return [to_tuple(values, contract) for values in rows]
+
+
+def to_tuple(values: dict[str, EntityValue], contract: type[Message] | None) -> tuple[Any, ...]:
+    base = (values["message_id"], values["message_type"], values["correlation_id"],
+            values.get("causation_id"), values["source"], values.get("topic"),
+            dt.datetime.fromisoformat(str(values["sent_at"])),
+            json.loads(str(values.get("headers") or "{}")), values["payload"])
+    if contract is None:
+        return base
+    message = contract.model_validate_json(str(values["payload"]))
+    dumped = message.model_dump(mode="json")
+    parsed = []
+    for name, kind in contract_columns(contract):
+        value = getattr(message, name)
+        if kind == "string" and value is not None and not isinstance(value, str):
+            value = json.dumps(dumped[name]) if not isinstance(dumped[name], str) \
+                else dumped[name]
+        parsed.append(value)
+    return (*base, *parsed)

@@ -1,0 +1,184 @@
+"""The ``bus`` data source for Spark 4 (the Python Data Source API): the pyspark side.
+
+    bus.spark.register(spark)
+    df.write.format("bus").option("message_type", "orders.contracts:PlaceOrder") ...
+    spark.read.format("bus").option("endpoint", "analytics").option("run_key", "day-1") ...
+    spark.readStream.format("bus").option("endpoint", "analytics").option("consumer", "c1") ...
+
+The classes here only adapt Spark's calls; the work is in ``writer``, ``reader`` and ``stream``.
+Options: docs/spark.md. This module imports pyspark; ``bus.integrations.spark`` does not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import Row, SparkSession
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from bus.integrations.spark.options import (
+    OptionError,
+    ReadOptions,
+    read_options,
+    write_options,
+)
+from bus.integrations.spark.reader import Drainer, read_batch_key, schema_ddl, staged_rows
+from bus.integrations.spark.staging import Staging
+from bus.integrations.spark.stream import StreamConsumer
+from bus.integrations.spark.writer import JobWriter, StagedPart, check_columns
+from bus.messages import Message
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``format("bus")`` available in ``spark`` (once per session)."""
+    spark.dataSource.register(BusDataSource)
+
+
+class BusDataSource(DataSource):
+    """``format("bus")``: write rows as messages, read an endpoint's messages as rows."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bus"
+
+    def schema(self) -> str:
+        message_type = self.options.get("message_type")
+        if not message_type:
+            return schema_ddl(None)
+        from bus.integrations.spark.options import load_message_class
+
+        return schema_ddl(load_message_class(message_type))
+
+    def writer(self, schema: StructType, overwrite: bool) -> BusWriter:
+        if overwrite:
+            raise OptionError("the bus data source appends messages: use mode('append')")
+        options = write_options(self.options)
+        check_columns(options.contract(), schema.fieldNames(), options.key_column)
+        job = JobWriter(options)
+        job.prepare()
+        return BusWriter(job)
+
+    def reader(self, schema: StructType) -> BusReader:
+        return BusReader(read_options(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> BusStreamReader:  # noqa: N802 (Spark's name)
+        return BusStreamReader(read_options(self.options, streaming=True))
+
+
+# -- writing -------------------------------------------------------------------------------------
+@dataclass
+class BusCommitMessage(WriterCommitMessage):
+    part: StagedPart
+
+
+class BusWriter(DataSourceWriter):
+    """Tasks stage their partition (``write``); the driver publishes (``commit``)."""
+
+    def __init__(self, job: JobWriter) -> None:
+        self.job = job
+
+    def write(self, iterator: Iterator[Row]) -> BusCommitMessage:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        partition_id = context.partitionId() if context is not None else 0
+        attempt = context.attemptNumber() if context is not None else 0
+        rows = (row.asDict(recursive=True) for row in iterator)
+        return BusCommitMessage(self.job.stage(partition_id, rows, attempt))
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        self.job.commit([m.part if isinstance(m, BusCommitMessage) else None for m in messages])
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        self.job.abort()
+
+
+# -- reading -------------------------------------------------------------------------------------
+class _Batch(InputPartition):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _drainer(options: ReadOptions) -> tuple[Drainer, Staging]:
+    bus = options.connection.bus()
+    staging = Staging(bus.storage, options.connection.prefix)
+    drainer = Drainer(bus, staging, options.endpoint, contract=options.contract(),
+                      lease_seconds=options.lease_seconds)
+    return drainer, staging
+
+
+class BusReader(DataSourceReader):
+    """A batch read: drained and staged once per run key (on the driver, while Spark plans),
+    then only read - a re-run with the same run key reads the same messages."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        assert self.options.run_key is not None
+        drainer, _ = _drainer(self.options)
+        drainer.prepare(self.options.subscribe)
+        key = read_batch_key(self.options.endpoint, self.options.run_key)
+        drainer.stage(key, self.options.max_messages, close_empty=True)
+        return [_Batch(key)]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        yield from _read(self.options, partition)
+
+
+def _read(options: ReadOptions, partition: InputPartition) -> list[tuple[Any, ...]]:
+    assert isinstance(partition, _Batch)
+    contract: type[Message] | None = options.contract()
+    staging = Staging(options.connection.storage(), options.connection.prefix)
+    return staged_rows(staging, partition.key, contract)
+
+
+class BusStreamReader(DataSourceStreamReader):
+    """A streaming read; lives on the driver across micro-batches (see ``stream``)."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+        self._consumer: StreamConsumer | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark ships the reader to the executors for ``read``: without the storage clients.
+        return {"options": self.options, "_consumer": None}
+
+    @property
+    def consumer(self) -> StreamConsumer:
+        if self._consumer is None:
+            assert self.options.consumer is not None
+            drainer, staging = _drainer(self.options)
+            drainer.prepare(self.options.subscribe)
+            self._consumer = StreamConsumer(
+                drainer, staging, self.options.consumer, batch_size=self.options.max_messages,
+                poll_seconds=self.options.poll_seconds)
+        return self._consumer
+
+    def initialOffset(self) -> dict[str, int]:  # noqa: N802 (Spark's name)
+        return self.consumer.initial_offset()
+
+    def latestOffset(self, start: dict[str, Any] | None = None,  # noqa: N802 (Spark's name)
+                     limit: Any = None) -> dict[str, int]:
+        # Both signatures: Spark 4.2+ passes (start, limit), 4.0 and 4.1 pass nothing.
+        return self.consumer.latest_offset(start)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        return [_Batch(key) for key in self.consumer.batch_keys(start, end)]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        yield from _read(self.options, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        self.consumer.commit(end)

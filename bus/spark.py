@@ -1,0 +1,18 @@
+"""``bus.spark``: the Spark integration under its short name (see bus.integrations.spark)."""
+
+from __future__ import annotations
+
+from bus.integrations.spark import (
+    OptionError,
+    PublishResult,
+    RowError,
+    forget_read,
+    publish,
+    receive,
+    register,
+    subscribe,
+    sweep_staging,
+)
+
+__all__ = ["OptionError", "PublishResult", "RowError", "forget_read", "publish", "receive",
+           "register", "subscribe", "sweep_staging"]

@@ -1,0 +1,175 @@
+"""``make spark-demo``: Spark producer -> the Functions sample app -> Spark consumer, checked.
+
+On a fresh Azurite: provisions the app's topology, subscribes the ``analytics`` endpoint to
+OrderBilled, starts the app on the local host (``python -m devhost``), runs the producer job
+(``spark.place_orders``: a dataset of orders -> PlaceOrder), runs it again on purpose (the
+duplicate publish must be dropped), and streams OrderBilled into a Parquet table
+(``spark.stream_billed``) until every order is there. Then it checks both ends: the app placed,
+billed, packed and charged each order exactly once, and the table holds each order exactly once.
+The last line printed is a JSON summary; the exit code is non-zero on any loss or duplicate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m spark.demo", description=__doc__)
+    parser.add_argument("--orders", type=int, default=200)
+    parser.add_argument("--timeout", type=float, default=900.0)
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
+    from devhost.azurite import azurite
+
+    with azurite() as connection:
+        return SparkDemo(args, connection).run()
+
+
+class SparkDemo:
+    def __init__(self, args: argparse.Namespace, connection: str) -> None:
+        self.args = args
+        self.connection = connection
+        self.env = dict(os.environ, AzureWebJobsStorage=connection, BUS_PREFIX="",
+                        AzureWebJobsScriptRoot=str(ROOT))
+        os.environ.update(self.env)
+        import function_app  # reads its settings at import, like under the worker
+
+        self.app = function_app
+        self.bus = function_app.bus_functions.bus
+        self.options = {"connection_string": connection, "prefix": ""}
+        self.workdir = Path(tempfile.mkdtemp(prefix="bus-spark-demo-"))
+        self.started = time.monotonic()
+
+    def say(self, text: str) -> None:
+        print(f"  {time.monotonic() - self.started:5.0f} s  {text}", flush=True)
+
+    def run(self) -> int:
+        import bus.spark
+        from spark import place_orders, stream_billed
+        from spark.session import local_session
+
+        print(f"Azurite is up; provisioning the app's topology (logs in {self.workdir})",
+              flush=True)
+        self.bus.provision()
+        bus.spark.subscribe(stream_billed.ENDPOINT, [stream_billed.TOPIC], **self.options)
+        self.say(f"{stream_billed.ENDPOINT!r} subscribed to {stream_billed.TOPIC}")
+        host = self._start_host()
+        try:
+            spark = local_session("bus-spark-demo")
+            self.say("Spark session started (local[2,3])")
+            dataset = place_orders.generate(self.workdir / "orders.csv", self.args.orders)
+            place_orders.run(spark, dataset, self.options)
+            published = self._ledger_rows()
+            self.say(f"producer: {published} PlaceOrder commands published "
+                     f"(df.write.format('bus'))")
+            rerun = place_orders.run(spark, dataset, self.options, api="publish")
+            assert rerun is not None
+            self.say(f"producer run again on purpose (bus.spark.publish): {rerun.published} "
+                     f"published, {rerun.already_sent} dropped as already sent")
+            table = self.workdir / "billed"
+            rows = stream_billed.run(
+                spark, table, self.workdir / "checkpoint", self.options,
+                expect=self.args.orders, timeout=self.args.timeout,
+                done=lambda: self._quiet(host), progress=self._progress)
+            self.say(f"consumer: {rows} rows in the Parquet table {table}")
+            order_ids = [r.order_id for r in spark.read.schema(stream_billed.TABLE_SCHEMA)
+                         .parquet(str(table)).select("order_id").collect()]
+            spark.stop()
+        finally:
+            self._stop_host(host)
+        result = self._verify(published, rerun.already_sent, order_ids)
+        print()
+        ok = result["lost"] == result["duplicates"] == 0
+        print(f"{result['rows_published']} orders published once ({rerun.already_sent} "
+              f"duplicate publishes dropped); {result['messages_processed']} messages processed "
+              f"by the Functions app; {result['rows_consumed']} OrderBilled rows in Parquet. "
+              f"Duplicates: {result['duplicates']}; lost: {result['lost']}.  "
+              f"{'EXACTLY ONCE' if ok else 'FAILED'}")
+        print(json.dumps(result), flush=True)
+        return 0 if ok else 1
+
+    # -- the Functions app -------------------------------------------------------------------
+    def _start_host(self) -> subprocess.Popen[bytes]:
+        log = open(self.workdir / "devhost.log", "wb")  # noqa: SIM115 - lives with the host
+        return subprocess.Popen(
+            [sys.executable, "-m", "devhost", "--script-root", str(ROOT), "--log-level",
+             "WARNING", "--stats-file", str(self.workdir / "stats.json")],
+            cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+
+    def _stop_host(self, host: subprocess.Popen[bytes]) -> None:
+        host.send_signal(signal.SIGTERM)
+        try:
+            host.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            host.kill()
+
+    def _quiet(self, host: subprocess.Popen[bytes]) -> bool:
+        """Everything the app will do is done: no message left in any queue."""
+        if host.poll() is not None:
+            log = (self.workdir / "devhost.log").read_text(errors="replace")
+            raise SystemExit(f"the local host exited with {host.returncode}:\n{log[-3000:]}")
+        endpoints = [*self.bus.topology.endpoints, "analytics"]
+        return sum(self._depth(self.bus.names.queue(e)) for e in endpoints) == 0
+
+    def _progress(self, rows: int) -> None:
+        billed = sum(1 for r in self._rows("orders") if r.get("billed"))
+        packed = sum(1 for r in self._rows("shipping") if r.get("packed"))
+        waiting = self._depth(self.bus.names.queue("analytics"))
+        self.say(f"app: billed {billed}/{self.args.orders}  packed {packed}/{self.args.orders}"
+                 f"  |  stream: {rows} rows in Parquet, {waiting} waiting for it")
+
+    # -- checks -------------------------------------------------------------------------------
+    def _rows(self, endpoint: str) -> list[dict[str, Any]]:
+        table = self.bus.names.state_table(endpoint)
+        return [dict(e.properties, _pk=e.partition_key, _rk=e.row_key)
+                for e in self.bus.storage.tables.query(table) if not e.row_key.startswith("~")]
+
+    def _depth(self, queue: str) -> int:
+        return int(self.bus.storage.queues.depth(queue))
+
+    def _ledger_rows(self) -> int:
+        """Messages the producer recorded in the send ledger (one row per message id)."""
+        return len(self.bus.storage.tables.query(self.bus.names.ledger_table))
+
+    def _verify(self, published: int, dropped: int, order_ids: list[str]) -> dict[str, Any]:
+        expected = [f"order-{i:05d}" for i in range(self.args.orders)]
+        by_order = {r["_pk"]: r for r in self._rows("orders") if r["_rk"] == "order"}
+        shipped = {r["_pk"]: r for r in self._rows("shipping") if r["_rk"] == "shipment"}
+        invoices = {r["_rk"].removeprefix("invoice-"): r for r in self._rows("billing")
+                    if r["_rk"].startswith("invoice-")}
+        effects: Counter[str] = Counter()
+        for order_id in expected:
+            for value in (by_order.get(order_id, {}).get("placed", 0),
+                          by_order.get(order_id, {}).get("billed", 0),
+                          shipped.get(order_id, {}).get("packed", 0),
+                          invoices.get(order_id, {}).get("charged", 0)):
+                effects["lost" if value == 0 else "twice" if value > 1 else "once"] += 1
+        consumed = Counter(order_ids)
+        return {
+            "rows_published": published,
+            "duplicate_publishes_dropped": dropped,
+            "messages_processed": effects["once"] + effects["twice"],
+            "rows_consumed": len(order_ids),
+            "duplicates": effects["twice"] + sum(n - 1 for n in consumed.values() if n > 1)
+            + max(0, published - len(expected)),
+            "lost": effects["lost"] + sum(1 for o in expected if o not in consumed)
+            + max(0, len(expected) - published),
+            "seconds": round(time.monotonic() - self.started, 1),
+        }
+
+
+if __name__ == "__main__":
+    sys.exit(main())

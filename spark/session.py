@@ -1,0 +1,48 @@
+"""A local SparkSession for the sample jobs, with the ``bus`` data source registered.
+
+On a cluster (Databricks, Fabric) use the session you are given and call
+``bus.spark.register(spark)``; this is for running the samples on one machine.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def local_session(name: str, master: str = "local[2,3]") -> Any:
+    """Two cores, failed tasks retried (3 attempts); the workers run this interpreter and can
+    import this repository (``spark.contracts``)."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # stay on the loopback interface
+    paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    from pyspark.sql import SparkSession
+
+    import bus.spark
+
+    spark = (SparkSession.builder.master(master).appName(name)
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.driver.memory", "1g")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    bus.spark.register(spark)
+    return spark
+
+
+def connection_options(connection_string: str | None, account_name: str | None,
+                       prefix: str) -> dict[str, str]:
+    """The data source's connection options (one of the two, plus the prefix)."""
+    if account_name:
+        return {"account_name": account_name, "prefix": prefix}
+    if not connection_string:
+        raise SystemExit("give --connection-string (or set AzureWebJobsStorage) or "
+                         "--account-name")
+    return {"connection_string": connection_string, "prefix": prefix}

@@ -1,0 +1,34 @@
+"""Functions the Spark tests ship to the workers (importable there as tests.spark.jobs)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+class FailOnce:
+    """A mapInPandas function that passes rows through in chunks of 50 and, in partition
+    ``partition``'s first attempt, raises after ``after`` rows: a task failing mid-partition
+    that Spark then retries. Leaves ``marker`` behind as proof that it failed."""
+
+    def __init__(self, marker: Path, partition: int = 1, after: int = 150) -> None:
+        self.marker = str(marker)
+        self.partition = partition
+        self.after = after
+
+    def __call__(self, frames: Iterator[Any]) -> Iterator[Any]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        assert context is not None
+        failing = context.partitionId() == self.partition and context.attemptNumber() == 0
+        emitted = 0
+        for frame in frames:
+            for start in range(0, len(frame), 50):
+                chunk = frame.iloc[start:start + 50]
+                yield chunk
+                emitted += len(chunk)
+                if failing and emitted >= self.after:
+                    Path(self.marker).write_text(f"failed after {emitted} rows")
+                    raise RuntimeError("injected failure in the middle of a partition")

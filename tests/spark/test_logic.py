@@ -1,0 +1,251 @@
+"""The Spark integration's logic without Spark: ids, staging, draining, stream offsets.
+
+On the in-memory backend with a clock the tests move, so leases can run out on demand.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from bus import Bus
+from bus.adapters.memory import InMemoryStorage, NoFaults
+from bus.integrations.spark.options import Connection, OptionError, WriteOptions, write_options
+from bus.integrations.spark.reader import Drainer, staged_rows, subscribe
+from bus.integrations.spark.staging import Staging
+from bus.integrations.spark.stream import StreamConsumer
+from bus.integrations.spark.writer import (
+    JobWriter,
+    MessageMapper,
+    RowError,
+    StagedPart,
+    check_columns,
+    sweep,
+)
+from tests.spark.contracts import RecordSale, SaleRecorded
+
+SALE = "tests.spark.contracts:RecordSale"
+
+
+class Clock(NoFaults):
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def now(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def storage(clock: Clock, monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemoryStorage]:
+    store = InMemoryStorage(clock)
+    monkeypatch.setattr(Connection, "storage", lambda self: store)
+    yield store
+
+
+@pytest.fixture
+def bus(storage: InMemoryStorage) -> Bus:
+    bus = Bus(storage, routes={RecordSale: "sink"})
+    Staging(storage, "").ensure()
+    subscribe(bus, "sink")
+    return bus
+
+
+def connection() -> Connection:
+    return Connection(connection_string="UseDevelopmentStorage=true")
+
+
+def drainer(bus: Bus, **kwargs: object) -> Drainer:
+    d = Drainer(bus, Staging(bus.storage, ""), "sink", **kwargs)  # type: ignore[arg-type]
+    d.prepare()
+    return d
+
+
+def send(bus: Bus, n: int, start: int = 0) -> None:
+    for i in range(start, start + n):
+        bus.send(RecordSale(sale_id=f"s{i}", amount=i), message_id=f"m{i}")
+
+
+# -- ids and rows --------------------------------------------------------------------------------
+def test_message_ids_are_deterministic() -> None:
+    by_key = MessageMapper(RecordSale, key_column="sale_id", run_key=None)
+    assert by_key.message_id({"sale_id": "order-1"}, 3, 9) == "order-1"
+    hashed = by_key.message_id({"sale_id": "a/b c"}, 0, 0)
+    assert hashed == by_key.message_id({"sale_id": "a/b c"}, 5, 7) and len(hashed) == 32
+    scoped = MessageMapper(RecordSale, key_column="sale_id", run_key="day-1")
+    assert scoped.message_id({"sale_id": "order-1"}, 0, 0) not in ("order-1", hashed)
+    positional = MessageMapper(RecordSale, key_column=None, run_key="job-7")
+    assert positional.message_id({}, 2, 41) == "job-7-2-41"
+
+
+def test_rows_map_to_fields_by_name() -> None:
+    mapper = MessageMapper(RecordSale, key_column=None, run_key="r")
+    message = mapper.message({"sale_id": "x", "amount": 5, "extra": 1, "note": None}, 0, 0)
+    assert message == RecordSale(sale_id="x", amount=5)
+    with pytest.raises(RowError, match="column amount"):
+        mapper.message({"sale_id": "x", "amount": None}, 0, 3)
+    with pytest.raises(OptionError, match="amount"):
+        check_columns(RecordSale, ["sale_id", "note"], None)
+    with pytest.raises(OptionError, match="key_column"):
+        check_columns(RecordSale, ["sale_id", "amount"], "id")
+
+
+def test_options_are_checked_on_the_driver() -> None:
+    base = {"connection_string": "x", "message_type": SALE}
+    with pytest.raises(OptionError, match="destination"):
+        write_options({**base, "run_key": "r"})
+    with pytest.raises(OptionError, match="key_column"):
+        write_options({**base, "destination": "sink"})
+    with pytest.raises(OptionError, match="cannot be imported"):
+        write_options({**base, "message_type": "nowhere:Thing", "run_key": "r"})
+    with pytest.raises(OptionError, match="topic"):
+        write_options({**base, "message_type": "tests.spark.contracts:SaleRecorded",
+                       "run_key": "r", "topic": "Other"})
+    opts = write_options({**base, "destination": "sink", "key_column": "sale_id"})
+    assert opts.contract() is RecordSale
+
+
+# -- writing -------------------------------------------------------------------------------------
+def test_only_the_reported_attempt_is_published_and_reruns_send_nothing(bus: Bus) -> None:
+    options = WriteOptions(connection(), SALE, destination="sink", run_key="job")
+    job = JobWriter(options)
+    rows = [{"sale_id": f"s{i}", "amount": i} for i in range(150)]
+    job.stage(0, rows[:40], task_attempt=0)  # a failed first attempt, partly staged
+    winner = job.stage(0, rows, task_attempt=1)
+    result = job.commit([winner])
+    assert (result.rows, result.published, result.already_sent) == (150, 150, 0)
+    assert bus.storage.queues.depth(bus.names.queue("sink")) == 150
+    staging = Staging(bus.storage, "")
+    assert bus.storage.tables.query(staging.table) == []  # winners and losers cleaned up
+    rerun = JobWriter(options)
+    again = rerun.commit([rerun.stage(0, rows)])
+    assert (again.published, again.already_sent) == (0, 150)
+    assert bus.storage.queues.depth(bus.names.queue("sink")) == 150
+
+
+def test_a_missing_commit_message_fails_the_commit(bus: Bus) -> None:
+    job = JobWriter(WriteOptions(connection(), SALE, destination="sink", run_key="job"))
+    part = job.stage(0, [{"sale_id": "a", "amount": 1}])
+    with pytest.raises(RuntimeError, match="no commit message"):
+        job.commit([part, None])
+    with pytest.raises(RuntimeError, match="reported 2"):
+        job.commit([StagedPart(0, part.staging, 2)])
+
+
+def test_sweep_removes_staging_no_job_will_publish(bus: Bus) -> None:
+    job = JobWriter(WriteOptions(connection(), SALE, destination="sink", run_key="job"))
+    job.stage(0, [{"sale_id": "a", "amount": 1}])  # the driver died: never committed
+    job.stage(1, [{"sale_id": "b", "amount": 2}])
+    staging = Staging(bus.storage, "")
+    assert sweep(staging, older_than=3600) == 0  # too recent: the job may still be running
+    assert sweep(staging, older_than=3600, now=time.time() + 7200) == 3
+    assert bus.storage.tables.query(staging.table) == []
+    assert bus.storage.queues.depth(bus.names.queue("sink")) == 0
+
+
+# -- reading -------------------------------------------------------------------------------------
+def test_drain_takes_each_message_once_and_poisons_garbage(bus: Bus) -> None:
+    d = drainer(bus)
+    send(bus, 10)
+    queue = bus.names.queue("sink")
+    copy = bus.storage.queues.receive(queue, max_messages=1, lease=0.0)[0]
+    bus.storage.queues.send(queue, copy.body)  # a duplicated signal
+    bus.storage.queues.send(queue, base64.b64encode(b"{oops").decode())
+    elsewhere = Bus(bus.storage, routes={RecordSale: "other"})
+    subscribe(elsewhere, "other")
+    elsewhere.send(RecordSale(sale_id="x", amount=1))
+    misrouted = bus.storage.queues.receive(bus.names.queue("other"), max_messages=1, lease=0)
+    bus.storage.queues.send(queue, misrouted[0].body)
+    assert d.stage("r~sink~a", 100, close_empty=True) == 10
+    rows = staged_rows(Staging(bus.storage, ""), "r~sink~a", None)
+    assert sorted(r[0] for r in rows) == sorted(f"m{i}" for i in range(10))
+    assert bus.storage.queues.depth(queue) == 0
+    assert bus.storage.queues.depth(bus.names.poison_queue("sink")) == 2
+    assert [t.endpoint for t in bus.inbox.all()] == ["other"]  # not taken from "sink"
+    send(bus, 3, start=10)  # a closed batch is only read again
+    assert d.stage("r~sink~a", 100, close_empty=True) == 10
+
+
+def test_parsed_columns_and_wrong_types(bus: Bus) -> None:
+    d = drainer(bus, contract=SaleRecorded)
+    bus.topics.subscribe("SaleRecorded", "sink")
+    bus.publish(SaleRecorded(sale_id="a", amount=3), message_id="e1")
+    send(bus, 1)  # a RecordSale: not what this reader expects
+    assert d.stage("r~sink~p", 100, close_empty=True) == 1
+    [row] = staged_rows(Staging(bus.storage, ""), "r~sink~p", SaleRecorded)
+    assert row[0] == "e1" and row[5] == "SaleRecorded" and row[-2:] == ("a", 3)
+    assert bus.storage.queues.depth(bus.names.poison_queue("sink")) == 1
+
+
+def consumer(bus: Bus, clock: Clock, d: Drainer | None = None) -> StreamConsumer:
+    return StreamConsumer(d or drainer(bus), Staging(bus.storage, ""), "c1", batch_size=4,
+                          poll_seconds=0, clock=time.monotonic)
+
+
+def batch_ids(bus: Bus, c: StreamConsumer, batch: int) -> list[str]:
+    return [r[0] for r in staged_rows(Staging(bus.storage, ""), c.batch_key(batch), None)]
+
+
+def test_stream_batches_are_staged_once_and_replayed_the_same(bus: Bus, clock: Clock) -> None:
+    c = consumer(bus, clock)
+    assert c.initial_offset() == {"batch": 0}
+    assert c.latest_offset({"batch": 0}) == {"batch": 0}  # nothing yet
+    send(bus, 6)
+    assert c.latest_offset({"batch": 0}) == {"batch": 1}
+    first = batch_ids(bus, c, 1)
+    assert len(first) == 4
+    # The driver dies before Spark records batch 1: a new reader answers the same batch.
+    send(bus, 3, start=6)
+    again = consumer(bus, clock)
+    assert again.latest_offset({"batch": 0}) == {"batch": 1}
+    assert batch_ids(bus, again, 1) == first
+    assert again.latest_offset({"batch": 1}) == {"batch": 2}
+    assert again.latest_offset({"batch": 2}) == {"batch": 3}
+    assert again.latest_offset({"batch": 3}) == {"batch": 3}
+    seen = [m for b in (1, 2, 3) for m in batch_ids(bus, again, b)]
+    assert sorted(seen) == sorted(f"m{i}" for i in range(9))
+    again.commit({"batch": 2})
+    assert batch_ids(bus, again, 1) == [] and batch_ids(bus, again, 3) != []
+    assert consumer(bus, clock).initial_offset() == {"batch": 2}
+
+
+def test_a_crash_between_staging_and_settling_loses_and_doubles_nothing(
+        bus: Bus, clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    send(bus, 4)
+    d = drainer(bus)
+    monkeypatch.setattr(d, "_settle", lambda *a: (_ for _ in ()).throw(OSError("crash")))
+    with pytest.raises(OSError):
+        consumer(bus, clock, d).latest_offset({"batch": 0})
+    recovered = consumer(bus, clock)
+    assert recovered.latest_offset({"batch": 0}) == {"batch": 1}
+    assert sorted(batch_ids(bus, recovered, 1)) == [f"m{i}" for i in range(4)]
+    assert bus.inbox.all() == []  # settled by the recovery
+    clock.t += 3600  # the crashed take's leases run out: the copies come back
+    assert recovered.latest_offset({"batch": 1}) == {"batch": 1}  # duplicates, dropped
+    assert bus.storage.queues.depth(bus.names.queue("sink")) == 0
+
+
+def test_spark_4_0_calls_without_a_start_offset(bus: Bus, clock: Clock) -> None:
+    send(bus, 2)
+    c = consumer(bus, clock)
+    assert c.latest_offset() == {"batch": 0}  # first call: the last staged batch
+    assert c.latest_offset() == {"batch": 1}
+    restarted = consumer(bus, clock)
+    assert restarted.latest_offset() == {"batch": 1}  # Spark decides whether it is new
+    send(bus, 1, start=2)
+    assert restarted.latest_offset() == {"batch": 2}
+
+
+def test_a_consumer_belongs_to_one_endpoint(bus: Bus, clock: Clock) -> None:
+    send(bus, 1)
+    consumer(bus, clock).latest_offset({"batch": 0})
+    other = Drainer(bus, Staging(bus.storage, ""), "elsewhere")
+    with pytest.raises(OptionError, match="reads endpoint 'sink'"):
+        StreamConsumer(other, Staging(bus.storage, ""), "c1", batch_size=4)
