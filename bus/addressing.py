@@ -36,11 +36,16 @@ class Addressing:
 
     def envelopes(self, message: Message, *, message_id: str, correlation_id: str,
                   causation_id: str | None, headers: Mapping[str, str] | None = None,
-                  to: str | None = None) -> list[Envelope]:
+                  to: str | None = None, delay: float = 0.0) -> list[Envelope]:
+        """The copies of ``message``; ``delay`` seconds > 0 schedules their delivery."""
+        if delay < 0:
+            raise ValueError(f"delay must be 0 or more seconds, not {delay}")
         destinations, topic = self._destinations(message, to)
         data = self._serializer.dumps(message)
         text, encoding = payload_text(data, self._serializer.text)
-        sent_at = datetime.fromtimestamp(self._clock(), tz=timezone.utc)
+        now = self._clock()
+        sent_at = datetime.fromtimestamp(now, tz=timezone.utc)
+        not_before = datetime.fromtimestamp(now + delay, tz=timezone.utc) if delay else None
         return [
             Envelope(
                 message_id=message_id, attempt_id=self._new_id(), kind=message.message_kind,
@@ -48,7 +53,7 @@ class Addressing:
                 topic=topic, correlation_id=correlation_id, causation_id=causation_id,
                 headers=dict(headers or {}), sent_at=sent_at,
                 content_type=self._serializer.content_type, payload=text,
-                payload_encoding=encoding)
+                payload_encoding=encoding, not_before=not_before)
             for destination in destinations
         ]
 

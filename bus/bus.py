@@ -5,8 +5,10 @@ from __future__ import annotations
 import random as _random
 import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
 
 from bus.addressing import Addressing
+from bus.context import seconds
 from bus.endpoint import Endpoint
 from bus.envelope import Envelope
 from bus.hosting.retry import transient_retries
@@ -92,20 +94,26 @@ class Bus:
 
     # -- sending from outside a handler -------------------------------------------------------
     def send(self, command: Command, *, to: str | None = None, message_id: str | None = None,
-             correlation_id: str | None = None, headers: Mapping[str, str] | None = None) -> str:
-        """Send a command; returns its message id."""
-        return self._send(command, to, message_id, correlation_id, headers)
+             correlation_id: str | None = None, headers: Mapping[str, str] | None = None,
+             delay: float | timedelta = 0.0) -> str:
+        """Send a command; returns its message id. ``delay`` schedules its delivery (any
+        length: beyond the queue's 7-day limit the receiver puts it back until it is due)."""
+        return self._send(command, to, message_id, correlation_id, headers, delay=delay)
 
     def publish(self, event: Event, *, message_id: str | None = None,
                 correlation_id: str | None = None,
-                headers: Mapping[str, str] | None = None) -> str:
-        """Publish an event to every current subscriber of its topic; returns its message id."""
-        return self._send(event, None, message_id, correlation_id, headers)
+                headers: Mapping[str, str] | None = None,
+                delay: float | timedelta = 0.0) -> str:
+        """Publish an event to every current subscriber of its topic; returns its message id
+        (``delay``: as for ``send``)."""
+        return self._send(event, None, message_id, correlation_id, headers, delay=delay)
 
     def _send(self, message: Message, to: str | None, message_id: str | None,
-              correlation_id: str | None, headers: Mapping[str, str] | None) -> str:
+              correlation_id: str | None, headers: Mapping[str, str] | None, *,
+              delay: float | timedelta = 0.0) -> str:
         message_id = message_id or self.new_id()
-        self._sender.send(self._envelopes(message, to, message_id, correlation_id, headers))
+        self._sender.send(self._envelopes(message, to, message_id, correlation_id, headers,
+                                          delay=delay))
         return message_id
 
     def send_once(self, command: Command, *, message_id: str, to: str | None = None,
@@ -136,11 +144,11 @@ class Bus:
         return bool(retrying(self.ledger.send, message_id, envelopes))
 
     def _envelopes(self, message: Message, to: str | None, message_id: str,
-                   correlation_id: str | None,
-                   headers: Mapping[str, str] | None) -> list[Envelope]:
+                   correlation_id: str | None, headers: Mapping[str, str] | None, *,
+                   delay: float | timedelta = 0.0) -> list[Envelope]:
         return self.addressing(self.settings.client_name).envelopes(
             message, message_id=message_id, correlation_id=correlation_id or message_id,
-            causation_id=None, headers=headers, to=to)
+            causation_id=None, headers=headers, to=to, delay=seconds(delay))
 
     # -- receiving -------------------------------------------------------------------------
     def receiver(self, endpoint: str) -> Receiver:
@@ -171,6 +179,7 @@ class Bus:
             addressing=self.addressing(endpoint.name), tables=self.storage.tables,
             state_table=table, serializer=self.serializer, clock=self.clock,
             max_delivery_count=self.settings.max_delivery_count, safeguards=self.safeguards,
+            queues=self.storage.queues, queue=self.names.queue(endpoint.name),
             sleep=self._sleep, random=self._random)
 
     def addressing(self, source: str) -> Addressing:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 
 from bus.addressing import Addressing
 from bus.envelope import Envelope
@@ -19,6 +20,11 @@ _RESERVED_PROPERTIES = {"PartitionKey", "RowKey", "Timestamp", "etag", "odata.et
 
 class StateError(ValueError):
     pass
+
+
+def seconds(delay: float | timedelta) -> float:
+    """A delay given as seconds or a timedelta, in seconds."""
+    return delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
 
 
 def check_key(kind: str, key: str) -> str:
@@ -117,19 +123,25 @@ class Context:
         return self.envelope.headers
 
     def send(self, command: Command, *, to: str | None = None,
-             headers: Mapping[str, str] | None = None) -> str:
-        return self._add(command, to, headers)
+             headers: Mapping[str, str] | None = None, delay: float | timedelta = 0.0) -> str:
+        """Send ``command`` when the handler commits; ``delay`` schedules its delivery (any
+        length: beyond the queue's 7-day limit the receiver puts it back until it is due)."""
+        return self._add(command, to, headers, delay)
 
-    def publish(self, event: Event, *, headers: Mapping[str, str] | None = None) -> str:
-        return self._add(event, None, headers)
+    def publish(self, event: Event, *, headers: Mapping[str, str] | None = None,
+                delay: float | timedelta = 0.0) -> str:
+        """Publish ``event`` to every subscriber when the handler commits (``delay``: as for
+        ``send``)."""
+        return self._add(event, None, headers, delay)
 
-    def _add(self, message: Message, to: str | None,
-             headers: Mapping[str, str] | None) -> str:
+    def _add(self, message: Message, to: str | None, headers: Mapping[str, str] | None,
+             delay: float | timedelta) -> str:
         message_id = derived_message_id(self.envelope.message_id, self._sends)
         self._sends += 1
         self._outgoing.extend(self._addressing.envelopes(
             message, message_id=message_id, correlation_id=self.envelope.correlation_id,
-            causation_id=self.envelope.message_id, headers=headers, to=to))
+            causation_id=self.envelope.message_id, headers=headers, to=to,
+            delay=seconds(delay)))
         return message_id
 
     @property

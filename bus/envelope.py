@@ -51,6 +51,9 @@ class Envelope(BaseModel):
     payload: str | None = None
     payload_encoding: Literal["utf-8", "base64"] = "utf-8"
     payload_ref: PayloadRef | None = None
+    not_before: datetime | None = None
+    """Scheduled delivery: the receiver does not process the message before this time (it
+    puts the signal back with the remaining delay)."""
 
     @model_validator(mode="after")
     def _one_payload(self) -> Envelope:

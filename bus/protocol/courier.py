@@ -52,8 +52,11 @@ class Courier:
                                   envelope.inline_payload())
 
     def signal(self, envelope: Envelope) -> None:
+        """Put the copy's signal on its destination's queue (invisible until it is due, up to
+        the queue's 7-day limit; the receiver defers a longer one again)."""
         self._queues.send(self._names.queue(envelope.destination),
-                          encode_signal(self.signal_form(envelope)))
+                          encode_signal(self.signal_form(envelope)),
+                          delay=due_in(envelope, self._clock()))
 
     def signal_form(self, envelope: Envelope) -> Envelope:
         if fits_signal(envelope):
@@ -66,3 +69,14 @@ class Courier:
         """Make sure a superseded attempt can never be processed, and drop its payload."""
         self.inbox.fence(destination, attempt_id, message_id, self._clock())
         self.payloads.delete(self.payloads.ref(destination, attempt_id))
+
+
+MAX_VISIBILITY_DELAY = 7 * 24 * 3600 - 60  # the queue's limit is 7 days; keep a margin
+
+
+def due_in(envelope: Envelope, now: float) -> float:
+    """Seconds until a scheduled copy is due (0 when it is not scheduled or due already),
+    capped at what a queue's visibility delay allows."""
+    if envelope.not_before is None:
+        return 0.0
+    return max(0.0, min(envelope.not_before.timestamp() - now, MAX_VISIBILITY_DELAY))

@@ -36,6 +36,7 @@ from bus.context import Context, PartitionState, StateError, check_key
 from bus.endpoint import Endpoint, Route
 from bus.envelope import BadSignal, Envelope, decode_signal, parse_envelope
 from bus.messages import Message
+from bus.protocol.courier import due_in
 from bus.protocol.dispatch import Dispatcher
 from bus.protocol.inbox import Inbox, Token, TokenState
 from bus.protocol.outbox import ClaimLost, Outbox, Slot
@@ -45,7 +46,7 @@ from bus.protocol.records import OutboxRecord
 from bus.protocol.safeguards import Safeguards
 from bus.retry import RetryAfter, RetryPolicy, backoff
 from bus.serialization import PayloadError, Serializer
-from bus.storage import StorageError, TableOp, Tables
+from bus.storage import Queues, StorageError, TableOp, Tables
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ class Outcome(str, enum.Enum):
     POISONED = "poisoned"
     PARKED = "parked"
     REQUEUED = "requeued"  # hosting only: put back on the queue as a fresh copy
+    SCHEDULED = "scheduled"  # arrived before its time: put back with the remaining delay
 
 
 class HandlerFailed(Exception):
@@ -120,8 +122,11 @@ class Receiver:
                  dispatcher: Dispatcher, poison: PoisonQueue, addressing: Addressing,
                  tables: Tables, state_table: str, serializer: Serializer,
                  clock: Callable[[], float], max_delivery_count: int,
-                 safeguards: Safeguards, sleep: Callable[[float], None] = time.sleep,
+                 safeguards: Safeguards, queues: Queues, queue: str,
+                 sleep: Callable[[float], None] = time.sleep,
                  random: Callable[[], float] = _random.random) -> None:
+        self._queues = queues
+        self._queue = queue
         self._sleep = sleep
         self._random = random
         self._endpoint = endpoint
@@ -281,6 +286,8 @@ class Receiver:
         problem, route = self._route(envelope)
         if route is None:
             return self._poison_bad(body, envelope, problem, dequeue_count, ack)
+        if due_in(envelope, self._clock()) > 0:
+            return self._not_yet(envelope, body, ack)
         if not self._safeguards.ack_after_commit:
             ack()  # the "ack-before-commit" break: a crash from here on loses the message
         payload = self._payload(envelope)
@@ -297,6 +304,18 @@ class Receiver:
             return self._decode(envelope, route, payload)
         except BadSignal as exc:
             return self._poison_bad(body, envelope, str(exc), dequeue_count, ack)
+
+    def _not_yet(self, envelope: Envelope, body: str, ack: Callable[[], None]) -> Outcome:
+        """A scheduled copy that arrived early (its delay was longer than a queue allows):
+        put the same signal back with the remaining delay, then drop this copy. The token
+        is untouched, so whichever copy arrives when due is processed once."""
+        token = self._inbox.read(self.endpoint, envelope.attempt_id)
+        if token is None or token.state is not TokenState.LIVE:
+            ack()  # consumed, fenced or parked: nothing to wait for
+            return Outcome.DUPLICATE if token is None else Outcome.PARKED
+        self._queues.send(self._queue, body, delay=due_in(envelope, self._clock()))
+        ack()
+        return Outcome.SCHEDULED
 
     def _route(self, envelope: Envelope) -> tuple[str, Route | None]:
         if envelope.destination != self.endpoint:

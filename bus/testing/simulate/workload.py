@@ -48,6 +48,7 @@ class Knobs:
     handler_failure: float
     immediate: int = 1  # handler attempts per delivery (immediate retries)
     retry_after: float = 0.0  # chance that a handler asks for a delayed retry instead
+    scheduled: float = 0.0  # chance that Finish is sent with a delay (scheduled delivery)
 
 
 def build(knobs: Knobs, roll: Callable[[], float], new_id: Callable[[], str]) -> list[Endpoint]:
@@ -90,7 +91,10 @@ def build(knobs: Knobs, roll: Callable[[], float], new_id: Callable[[], str]) ->
     @endpoints["d"].handles(Happened, partition=partition)
     def on_happened_d(message: Happened, ctx: Context) -> None:
         effect(ctx, message, message.root)
-        ctx.send(Finish(root=message.root))
+        # Scheduled delivery. (Delays beyond the queue's 7 days are tested with a fake clock in
+        # tests/test_scheduling.py: idle workers poll every 0.5 virtual s, too many steps here.)
+        delay = roll() * 3.0 if roll() < knobs.scheduled else 0.0
+        ctx.send(Finish(root=message.root), delay=delay)
 
     @endpoints["e"].handles(Finish, partition=partition)
     def on_finish(message: Finish, ctx: Context) -> None:
