@@ -12,11 +12,12 @@ from bus.envelope import Envelope, PayloadRef
 from bus.messages import Command, Event, Message
 from bus.naming import Names
 from bus.protocol.receive import HandlerFailed, Outcome
-from bus.retry import RetryAfter, RetryPolicy
+from bus.retry import Abandon, RetryAfter, RetryPolicy
 from bus.serialization import JsonSerializer, Serializer
 from bus.settings import Settings
 
 __all__ = [
+    "Abandon",
     "Bus",
     "Command",
     "ConfigurationError",

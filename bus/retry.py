@@ -79,3 +79,11 @@ def backoff(initial: float, longest: float,
         return float(min(longest, exponential) + random() * initial)
 
     return wait
+
+
+class Abandon(RetryAfter):
+    """Raised by a handler: give the message up for now and let it be delivered again at once
+    (Service Bus's abandon). It counts as a delivery, like any retry."""
+
+    def __init__(self, reason: str = "") -> None:
+        super().__init__(0.0, reason or "abandoned by the handler")

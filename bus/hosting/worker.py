@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 
 from tenacity import (
@@ -22,6 +22,7 @@ from tenacity import (
 from tenacity.wait import wait_base
 
 from bus.bus import Bus
+from bus.hosting.leases import LeaseKeeper
 from bus.hosting.retry import transient_retries
 from bus.protocol.receive import HandlerFailed, Incoming, Outcome
 from bus.storage import NotFound, QueueMessage, StorageError, TransientError
@@ -34,7 +35,11 @@ class Worker:
                  retry_delay: float = 1.0, in_process_tries: int = 3,
                  sleep: Callable[[float], None] = time.sleep,
                  wait: wait_base | Callable[[RetryCallState], float] | None = None,
-                 batched: bool = True) -> None:
+                 batched: bool = True, renew_leases: bool = True,
+                 max_lease_renewal: float = 3600.0) -> None:
+        """``renew_leases``: renew the leases of messages being processed at half their
+        length, for at most ``max_lease_renewal`` seconds (``bus.hosting.leases``); the
+        simulation turns it off (its clock is virtual, its leases expire on purpose)."""
         self.bus = bus
         self.receiver = bus.receiver(endpoint)
         self.queue = bus.names.queue(endpoint)
@@ -45,16 +50,22 @@ class Worker:
         self._wait = wait or wait_exponential_jitter(multiplier=0.05, max=2.0)
         self.batched = batched
         self.outcomes: dict[str, int] = {}
+        self._keeper = (LeaseKeeper(bus.storage.queues, self.queue,
+                                    lease=bus.settings.lease_seconds, limit=max_lease_renewal)
+                        if renew_leases else None)
 
     def poll_once(self) -> int:
         """Lease one batch and process it; returns how many messages were leased."""
         messages = self.bus.storage.queues.receive(
             self.queue, max_messages=self.batch_size, lease=self.bus.settings.lease_seconds)
-        if self.batched and len(messages) > 1:
-            self.process_batch(messages)
-        else:
-            for message in messages:
-                self.process(message)
+        if not messages:
+            return 0
+        with self._keeper.keeping(messages) if self._keeper else contextlib.nullcontext():
+            if self.batched and len(messages) > 1:
+                self.process_batch(messages)
+            else:
+                for message in messages:
+                    self.process(message)
         return len(messages)
 
     def process_batch(self, messages: list[QueueMessage]) -> None:
@@ -97,7 +108,21 @@ class Worker:
     def _retrying(self) -> Retrying:
         return transient_retries(self._tries, self._wait, self._sleep)
 
+    @contextlib.contextmanager
+    def _settling(self, message: QueueMessage) -> Iterator[QueueMessage]:
+        """The message with its latest pop receipt, no renewal in between, none after."""
+        if self._keeper is None:
+            yield message
+            return
+        with self._keeper.lock:
+            yield self._keeper.current(message)
+            self._keeper.forget(message)
+
     def _ack(self, message: QueueMessage) -> None:
+        with self._settling(message) as current:
+            self._delete(current)
+
+    def _delete(self, message: QueueMessage) -> None:
         try:
             self.bus.storage.queues.delete(self.queue, message)
         except NotFound:
@@ -110,6 +135,6 @@ class Worker:
         """Make the message visible again after ``delay`` (the retry policy's, for a handler
         failure) or ``retry_delay`` (storage trouble). If this fails too, the lease runs out
         on its own."""
-        with contextlib.suppress(StorageError):
+        with self._settling(message) as current, contextlib.suppress(StorageError):
             self.bus.storage.queues.extend(
-                self.queue, message, lease=self.retry_delay if delay is None else delay)
+                self.queue, current, lease=self.retry_delay if delay is None else delay)

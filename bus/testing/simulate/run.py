@@ -117,7 +117,7 @@ def _worker(bus: Bus, world: World, endpoint: str) -> Callable[[], None]:
         # Both paths: one message at a time, and batches (Receiver.handle_many).
         worker = Worker(bus, endpoint, batch_size=world.rng.randint(1, 6), sleep=world.sleep,
                         retry_delay=0.5, wait=lambda _: world.rng.uniform(0.01, 0.2),
-                        batched=world.rng.random() < 0.7)
+                        batched=world.rng.random() < 0.7, renew_leases=False)
         while True:
             try:
                 leased = worker.poll_once()

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from bus import Command, Context, Endpoint, Event
 from bus.messages import Message
-from bus.retry import RetryAfter, RetryPolicy
+from bus.retry import Abandon, RetryAfter, RetryPolicy
 
 ENDPOINTS = ("a", "b", "c", "d", "e")
 EXPECTED = (("a", "Start"), ("b", "Step"), ("c", "Happened"), ("d", "Happened"),
@@ -63,6 +63,8 @@ def build(knobs: Knobs, roll: Callable[[], float], new_id: Callable[[], str]) ->
             raise RuntimeError("injected handler failure")
         if roll() < knobs.retry_after:
             raise RetryAfter(roll(), "injected: try later")
+        if roll() < knobs.retry_after:
+            raise Abandon("injected: abandoned")
         ctx.state.put(f"fx.{root}.{message.message_type}.{new_id()}",
                       {"root": root, "type": message.message_type})
         counter = ctx.state.get("counter") or {"n": 0}
