@@ -5,6 +5,7 @@ from __future__ import annotations
 import random as _random
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 
 from bus.addressing import Addressing
@@ -32,8 +33,16 @@ from bus.protocol.topics import Topics
 from bus.retry import backoff
 from bus.serialization import JsonSerializer, Serializer
 from bus.settings import Settings
-from bus.storage import Storage
+from bus.storage import Entity, NotFound, Storage
 from bus.topology import Topology
+
+_PAUSE_KEY = ("~bus", "~pause")  # a row key users cannot write (state keys never start with ~)
+
+
+@dataclass(frozen=True)
+class Pause:
+    until: float  # epoch seconds
+    reason: str
 
 
 class Bus:
@@ -192,6 +201,33 @@ class Bus:
         return DeadLetters(endpoint=self.topology.endpoint(endpoint).name, names=self.names,
                            queues=self.storage.queues, inbox=self.inbox,
                            payloads=self.payloads, clock=self.clock)
+
+    # -- the circuit breaker's shared switch (see bus.hosting.breaker) ---------------------
+    def pause(self, endpoint: str, seconds: float, reason: str = "") -> None:
+        """Stop every worker of ``endpoint`` from consuming for ``seconds`` (they notice
+        within their check interval, 5 s by default). Messages wait in the queue."""
+        if seconds <= 0:
+            raise ValueError("pause for a positive number of seconds (resume() ends a pause)")
+        self.storage.tables.replace(self._state_table_of(endpoint), Entity(
+            *_PAUSE_KEY, {"until": self.clock() + seconds, "reason": reason}))
+
+    def resume(self, endpoint: str) -> None:
+        """End a pause of ``endpoint`` (no-op when it is not paused)."""
+        self.storage.tables.delete(self._state_table_of(endpoint), *_PAUSE_KEY)
+
+    def paused(self, endpoint: str) -> Pause | None:
+        """The current pause of ``endpoint``, if any (one read)."""
+        try:
+            row = self.storage.tables.get(self._state_table_of(endpoint), *_PAUSE_KEY)
+        except NotFound:
+            return None
+        until = row.properties.get("until")
+        if not isinstance(until, (int, float)) or until <= self.clock():
+            return None
+        return Pause(float(until), str(row.properties.get("reason", "")))
+
+    def _state_table_of(self, endpoint: str) -> str:
+        return self.names.state_table(self.topology.endpoint(endpoint).name)
 
     def poison_queue(self, endpoint: str) -> PoisonQueue:
         return PoisonQueue(self.storage.queues, self.names.poison_queue(endpoint), endpoint)

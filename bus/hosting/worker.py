@@ -22,10 +22,11 @@ from tenacity import (
 from tenacity.wait import wait_base
 
 from bus.bus import Bus
+from bus.hosting.breaker import CircuitBreaker
 from bus.hosting.leases import LeaseKeeper
 from bus.hosting.retry import transient_retries
 from bus.protocol.receive import HandlerFailed, Incoming, Outcome
-from bus.storage import NotFound, QueueMessage, StorageError, TransientError
+from bus.storage import NotFound, QueueMessage, StorageError, Throttled, TransientError
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,8 @@ class Worker:
                  sleep: Callable[[float], None] = time.sleep,
                  wait: wait_base | Callable[[RetryCallState], float] | None = None,
                  batched: bool = True, renew_leases: bool = True,
-                 max_lease_renewal: float = 3600.0) -> None:
+                 max_lease_renewal: float = 3600.0,
+                 breaker: CircuitBreaker | None = None) -> None:
         """``renew_leases``: renew the leases of messages being processed at half their
         length, for at most ``max_lease_renewal`` seconds (``bus.hosting.leases``); the
         simulation turns it off (its clock is virtual, its leases expire on purpose)."""
@@ -53,11 +55,19 @@ class Worker:
         self._keeper = (LeaseKeeper(bus.storage.queues, self.queue,
                                     lease=bus.settings.lease_seconds, limit=max_lease_renewal)
                         if renew_leases else None)
+        self.breaker = breaker or CircuitBreaker(bus, endpoint, clock=bus.clock)
 
     def poll_once(self) -> int:
-        """Lease one batch and process it; returns how many messages were leased."""
-        messages = self.bus.storage.queues.receive(
-            self.queue, max_messages=self.batch_size, lease=self.bus.settings.lease_seconds)
+        """Lease one batch and process it; returns how many messages were leased (0 also while
+        the circuit breaker is open: ``self.breaker``)."""
+        if self.breaker.paused_for() > 0:
+            return 0
+        try:
+            messages = self.bus.storage.queues.receive(
+                self.queue, max_messages=self.batch_size, lease=self.bus.settings.lease_seconds)
+        except Throttled as exc:
+            self.breaker.throttled(exc)
+            return 0
         if not messages:
             return 0
         with self._keeper.keeping(messages) if self._keeper else contextlib.nullcontext():
@@ -100,6 +110,8 @@ class Worker:
             return None
         except StorageError as exc:
             log.warning("storage trouble, releasing %s: %s", message.id, exc)
+            if isinstance(exc, Throttled):
+                self.breaker.throttled(exc)
             self._release(message)
             return None
         self.outcomes[outcome.value] = self.outcomes.get(outcome.value, 0) + 1
