@@ -14,7 +14,6 @@ import argparse
 import base64
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from typing import Any
 from devhost.azurite import azurite
 from devhost.durable import work_queue_name
 from devhost.host import hub_name
+from devhost.process import start_host, stop_host
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -72,7 +72,7 @@ class Demo:
         print(f"Azurite is up; provisioning queues, tables, containers and topics "
               f"(logs in {self.workdir})", flush=True)
         self.bus.provision()
-        host = self._start_host()
+        host = start_host(self.workdir, self.env)
         try:
             orders = self._send()
             self._wait(orders, started, host)
@@ -85,13 +85,6 @@ class Demo:
         return 0 if good else 1
 
     # -- steps ------------------------------------------------------------------------------
-    def _start_host(self) -> subprocess.Popen[bytes]:
-        log = open(self.workdir / "devhost.log", "wb")  # noqa: SIM115 - lives with the host
-        return subprocess.Popen(
-            [sys.executable, "-m", "devhost", "--script-root", str(ROOT), "--log-level",
-             "WARNING", "--stats-file", str(self.workdir / "stats.json")],
-            cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
-
     def _send(self) -> dict[str, tuple[str, int]]:
         n, customers = self.args.orders, self.args.customers
         orders = {f"order-{i:05d}": (f"customer-{i % customers:04d}", 500 + (i * 37) % 9500)
@@ -135,11 +128,7 @@ class Demo:
             quiet = quiet + 1 if depth == 0 and billed == packed == len(orders) else 0
 
     def _stop_host(self, host: subprocess.Popen[bytes]) -> dict[str, Any]:
-        host.send_signal(signal.SIGTERM)
-        try:
-            host.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            host.kill()
+        stop_host(host)
         path = self.workdir / "stats.json"
         return json.loads(path.read_text()) if path.exists() else {}
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -58,6 +57,7 @@ class SparkDemo:
 
     def run(self) -> int:
         import bus.spark
+        from devhost.process import start_host, stop_host
         from spark import place_orders, stream_billed
         from spark.session import local_session
 
@@ -66,7 +66,7 @@ class SparkDemo:
         self.bus.provision()
         bus.spark.subscribe(stream_billed.ENDPOINT, [stream_billed.TOPIC], **self.options)
         self.say(f"{stream_billed.ENDPOINT!r} subscribed to {stream_billed.TOPIC}")
-        host = self._start_host()
+        host = start_host(self.workdir, self.env)
         try:
             spark = local_session("bus-spark-demo")
             self.say("Spark session started (local[2,3])")
@@ -89,7 +89,7 @@ class SparkDemo:
                          .parquet(str(table)).select("order_id").collect()]
             spark.stop()
         finally:
-            self._stop_host(host)
+            stop_host(host)
         result = self._verify(published, rerun.already_sent, order_ids)
         print()
         ok = result["lost"] == result["duplicates"] == 0
@@ -102,20 +102,6 @@ class SparkDemo:
         return 0 if ok else 1
 
     # -- the Functions app -------------------------------------------------------------------
-    def _start_host(self) -> subprocess.Popen[bytes]:
-        log = open(self.workdir / "devhost.log", "wb")  # noqa: SIM115 - lives with the host
-        return subprocess.Popen(
-            [sys.executable, "-m", "devhost", "--script-root", str(ROOT), "--log-level",
-             "WARNING", "--stats-file", str(self.workdir / "stats.json")],
-            cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
-
-    def _stop_host(self, host: subprocess.Popen[bytes]) -> None:
-        host.send_signal(signal.SIGTERM)
-        try:
-            host.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            host.kill()
-
     def _quiet(self, host: subprocess.Popen[bytes]) -> bool:
         """Everything the app will do is done: no message left in any queue."""
         if host.poll() is not None:

@@ -385,10 +385,7 @@ class Receiver:
     def _tokens(self, d: _Decoded, slot: Slot) -> dict[str, Token]:
         """The copy's own token and the slot record's incoming token, in one request (both
         belong to this endpoint). A record whose token is gone is finished."""
-        wanted = [d.envelope.attempt_id]
-        if slot.record is not None:
-            wanted.append(slot.record.attempt_id)
-        return self._inbox.read_many(self.endpoint, wanted)
+        return self._inbox.read_many(self.endpoint, self._token_keys(d, slot))
 
     def _check_token(self, d: _Decoded, token: Token | None) -> Outcome | None:
         """None when the copy may be processed; otherwise why not."""

@@ -6,10 +6,7 @@ The Python workers must run this interpreter and find this repository (the test 
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -17,27 +14,12 @@ import pytest
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # stay on the loopback interface
-    paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
-    os.environ["PYTHONPATH"] = os.pathsep.join(paths)
-    from pyspark.sql import SparkSession
+    from spark.session import local_session  # the sample jobs' session, the same settings
 
-    import bus.spark
-
-    session = (SparkSession.builder.master("local[2,3]").appName("bus-spark-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.driver.memory", "1g")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    bus.spark.register(session)
+    session = local_session("bus-spark-tests", master="local[2,3]")
     yield session
     session.stop()
