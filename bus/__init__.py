@@ -5,14 +5,16 @@ The public API::
     from bus import Bus, Command, Context, Endpoint, Event
 """
 
-from bus.bus import Bus
+from bus.bus import Bus, SendFailed
 from bus.context import Context, PartitionState
 from bus.endpoint import ConfigurationError, Endpoint
 from bus.envelope import Envelope, PayloadRef
 from bus.messages import Command, Event, Message
+from bus.middleware import Middleware, Outgoing
 from bus.naming import Names
+from bus.protocol.backpressure import QueueFull
 from bus.protocol.receive import HandlerFailed, Outcome
-from bus.retry import Abandon, RetryAfter, RetryPolicy
+from bus.retry import Abandon, Reject, RetryAfter, RetryPolicy
 from bus.serialization import JsonSerializer, Serializer
 from bus.settings import Settings
 
@@ -28,12 +30,17 @@ __all__ = [
     "HandlerFailed",
     "JsonSerializer",
     "Message",
+    "Middleware",
     "Names",
     "Outcome",
+    "Outgoing",
     "PartitionState",
     "PayloadRef",
+    "QueueFull",
+    "Reject",
     "RetryAfter",
     "RetryPolicy",
+    "SendFailed",
     "Serializer",
     "Settings",
 ]

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import random as _random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from datetime import timedelta
 
 from bus.addressing import Addressing
 from bus.context import seconds
-from bus.endpoint import Endpoint
+from bus.endpoint import Endpoint, check_middleware
 from bus.envelope import Envelope
 from bus.hosting.retry import transient_retries
 from bus.ids import IdFactory, random_id
 from bus.messages import Command, Event, Message
+from bus.middleware import Middleware, Outgoing, SendNext, sending_chain
 from bus.naming import Names
+from bus.protocol.backpressure import Room
 from bus.protocol.courier import Courier
 from bus.protocol.deadletters import DeadLetters
 from bus.protocol.dispatch import Dispatcher
@@ -39,6 +42,18 @@ from bus.topology import Topology
 _PAUSE_KEY = ("~bus", "~pause")  # a row key users cannot write (state keys never start with ~)
 
 
+class SendFailed(Exception):
+    """Some sends of ``Bus.send_many`` failed: ``errors`` by position; ``sent`` holds the
+    message ids of the others (they were sent)."""
+
+    def __init__(self, sent: dict[int, str], errors: dict[int, Exception]) -> None:
+        first = min(errors)
+        super().__init__(f"{len(errors)} of {len(sent) + len(errors)} sends failed; the first "
+                         f"(message {first}): {errors[first]!r}")
+        self.sent = sent
+        self.errors = errors
+
+
 @dataclass(frozen=True)
 class Pause:
     until: float  # epoch seconds
@@ -48,8 +63,11 @@ class Pause:
 class Bus:
     """Send, publish, receive and maintain, against one storage account.
 
-    ``clock``, ``new_id``, ``sleep`` and ``random`` are injectable so the simulation can make runs
-    deterministic; leave them alone otherwise.
+    ``middleware`` runs around every handler and every send, outside each endpoint's own
+    (``bus.middleware``). ``max_queue_depths`` bounds the queues of endpoints this app sends to
+    but does not define (an endpoint's own ``max_queue_depth`` wins). ``clock``, ``new_id``,
+    ``sleep`` and ``random`` are injectable so the simulation can make runs deterministic;
+    leave them alone otherwise.
     """
 
     def __init__(self, storage: Storage, endpoints: Sequence[Endpoint] = (), *,
@@ -58,11 +76,15 @@ class Bus:
                  clock: Callable[[], float] = time.time, new_id: IdFactory = random_id,
                  sleep: Callable[[float], None] = time.sleep,
                  safeguards: Safeguards | None = None,
-                 random: Callable[[], float] = _random.random) -> None:
+                 random: Callable[[], float] = _random.random,
+                 middleware: Sequence[Middleware] = (),
+                 max_queue_depths: Mapping[str, int] | None = None) -> None:
         self.storage = storage
+        self.middleware = check_middleware("Bus", middleware)
         self.names = Names(prefix)
         self.topology = Topology(endpoints, routes)
         self.topology.check_names(self.names)
+        depth_limits = self.topology.depth_limits(max_queue_depths or {})
         self.settings = settings or Settings()
         self.serializer: Serializer = serializer or JsonSerializer()
         self.clock = clock
@@ -71,8 +93,12 @@ class Bus:
         self.topics = Topics(storage.blobs, self.names.topic_container)
         self.inbox = Inbox(storage.tables, self.names.tokens_table)
         self.payloads = Payloads(storage.blobs, self.names.payload_container)
-        self.courier = Courier(queues=storage.queues, names=self.names, inbox=self.inbox,
-                               payloads=self.payloads, clock=clock)
+        self.courier = Courier(
+            queues=storage.queues, names=self.names, inbox=self.inbox, payloads=self.payloads,
+            clock=clock, in_flight=self.settings.max_in_flight_sends,
+            room=Room(queues=storage.queues, names=self.names, clock=clock,
+                      limits=depth_limits,
+                      ttl=self.settings.depth_check_seconds))
         self._sender = Sender(courier=self.courier, new_id=new_id, sleep=sleep,
                               attempts=self.settings.send_attempts)
         self._receivers: dict[str, Receiver] = {}
@@ -121,9 +147,53 @@ class Bus:
               correlation_id: str | None, headers: Mapping[str, str] | None, *,
               delay: float | timedelta = 0.0) -> str:
         message_id = message_id or self.new_id()
-        self._sender.send(self._envelopes(message, to, message_id, correlation_id, headers,
-                                          delay=delay))
+
+        def token_and_signal(out: Outgoing) -> None:
+            self._sender.send(self._envelopes(out.message, out.to, out.message_id,
+                                              correlation_id, out.headers, delay=out.delay))
+
+        self._through_middleware(self._outgoing(message, message_id, to, headers, delay),
+                                 token_and_signal)
         return message_id
+
+    def send_many(self, messages: Iterable[Command | Event], *, max_in_flight: int = 8,
+                  to: str | None = None) -> list[str]:
+        """Send each command (to its owner, or ``to``) and publish each event, up to
+        ``max_in_flight`` at once, and wait for every outcome; returns the message ids in
+        order. A burst never queues unbounded work in memory, and no send is fire-and-forget:
+        when some fail, SendFailed says which (the others were sent).
+        """
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be at least 1, not {max_in_flight}")
+        batch = list(messages)
+
+        def one(message: Command | Event) -> str:
+            if isinstance(message, Command):
+                return self._send(message, to, None, None, None)
+            return self._send(message, None, None, None, None)
+
+        ids: dict[int, str] = {}
+        errors: dict[int, Exception] = {}
+        with ThreadPoolExecutor(max_workers=max_in_flight,
+                                thread_name_prefix="bus-send") as pool:
+            futures = {pool.submit(one, message): index for index, message in enumerate(batch)}
+            for future in as_completed(futures):
+                index = futures[future]
+                try:
+                    ids[index] = future.result()
+                except Exception as exc:
+                    errors[index] = exc
+        if errors:
+            raise SendFailed(ids, errors)
+        return [ids[index] for index in range(len(batch))]
+
+    def _outgoing(self, message: Message, message_id: str, to: str | None,
+                  headers: Mapping[str, str] | None, delay: float | timedelta) -> Outgoing:
+        return Outgoing(message, message_id, self.settings.client_name, to,
+                        dict(headers or {}), seconds(delay))
+
+    def _through_middleware(self, outgoing: Outgoing, terminal: SendNext) -> None:
+        sending_chain(self.middleware, terminal)(outgoing)
 
     def send_once(self, command: Command, *, message_id: str, to: str | None = None,
                   correlation_id: str | None = None,
@@ -133,7 +203,8 @@ class Bus:
         Safe to call again after a crash, a timeout or from a re-run job: the send ledger
         (``bus.protocol.ledger``) makes the message's effect happen once per message id within
         ``Settings.ledger_retention_seconds``. Returns True when this call recorded the message,
-        False when an earlier call had (then this call finished whatever was left).
+        False when an earlier call had (then this call finished whatever was left) or a
+        middleware dropped the send.
         """
         return self._send_once(command, to, message_id, correlation_id, headers)
 
@@ -146,11 +217,18 @@ class Bus:
 
     def _send_once(self, message: Message, to: str | None, message_id: str,
                    correlation_id: str | None, headers: Mapping[str, str] | None) -> bool:
-        # The envelopes are built once: a retry must record the same copies.
-        envelopes = self._envelopes(message, to, message_id, correlation_id, headers)
-        retrying = transient_retries(self.settings.send_attempts,
-                                     backoff(0.05, 2.0, self._random), self._sleep)
-        return bool(retrying(self.ledger.send, message_id, envelopes))
+        recorded: list[bool] = []
+
+        def ledger(out: Outgoing) -> None:
+            # The envelopes are built once: a retry must record the same copies.
+            envelopes = self._envelopes(out.message, out.to, out.message_id, correlation_id,
+                                        out.headers, delay=out.delay)
+            retrying = transient_retries(self.settings.send_attempts,
+                                         backoff(0.05, 2.0, self._random), self._sleep)
+            recorded.append(bool(retrying(self.ledger.send, message_id, envelopes)))
+
+        self._through_middleware(self._outgoing(message, message_id, to, headers, 0.0), ledger)
+        return bool(recorded and recorded[0])
 
     def _envelopes(self, message: Message, to: str | None, message_id: str,
                    correlation_id: str | None, headers: Mapping[str, str] | None, *,
@@ -189,7 +267,16 @@ class Bus:
             state_table=table, serializer=self.serializer, clock=self.clock,
             max_delivery_count=self.settings.max_delivery_count, safeguards=self.safeguards,
             queues=self.storage.queues, queue=self.names.queue(endpoint.name),
-            sleep=self._sleep, random=self._random)
+            sleep=self._sleep, random=self._random,
+            middleware=(*self.middleware, *endpoint.middleware))
+
+    def pipeline(self, endpoint: str) -> list[str]:
+        """The stages one delivery at ``endpoint`` goes through, outermost first; the
+        bracketed ones are middleware (yours), the rest is the exactly-once protocol."""
+        ep = self.topology.endpoint(endpoint)
+        yours = [f"[{m.name}]" for m in (*self.middleware, *ep.middleware)]
+        return ["decode", "route", "deduplicate", "claim", "retries", *yours, "handler",
+                "commit", "dispatch", "acknowledge"]
 
     def addressing(self, source: str) -> Addressing:
         return Addressing(source=source, routes=self.topology.routes, topics=self.topics,

@@ -10,6 +10,7 @@ from bus.addressing import Addressing
 from bus.envelope import Envelope
 from bus.ids import derived_message_id
 from bus.messages import Command, Event, Message
+from bus.middleware import Middleware, Outgoing, sending_chain
 from bus.protocol.outbox import RESERVED_PREFIX
 from bus.storage import Entity, EntityValue, NotFound, TableOp, Tables
 
@@ -109,6 +110,7 @@ class Context:
     _addressing: Addressing
     _outgoing: list[Envelope]
     _sends: int = 0
+    _sending: tuple[Middleware, ...] = ()
 
     @property
     def message_id(self) -> str:
@@ -138,11 +140,17 @@ class Context:
              delay: float | timedelta) -> str:
         message_id = derived_message_id(self.envelope.message_id, self._sends)
         self._sends += 1
-        self._outgoing.extend(self._addressing.envelopes(
-            message, message_id=message_id, correlation_id=self.envelope.correlation_id,
-            causation_id=self.envelope.message_id, headers=headers, to=to,
-            delay=seconds(delay)))
+        outgoing = Outgoing(message, message_id, self.endpoint, to, dict(headers or {}),
+                            seconds(delay), self)
+        sending_chain(self._sending, self._record)(outgoing)
         return message_id
+
+    def _record(self, outgoing: Outgoing) -> None:
+        """The last sending stage: into this attempt's outbox record."""
+        self._outgoing.extend(self._addressing.envelopes(
+            outgoing.message, message_id=outgoing.message_id,
+            correlation_id=self.envelope.correlation_id, causation_id=self.envelope.message_id,
+            headers=outgoing.headers, to=outgoing.to, delay=outgoing.delay))
 
     @property
     def outgoing(self) -> tuple[Envelope, ...]:

@@ -13,12 +13,13 @@ state changes and outgoing messages commit atomically within that partition.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from bus.context import Context
 from bus.messages import Command, Event, Message
+from bus.middleware import Middleware
 from bus.naming import check_endpoint
 from bus.retry import DEFAULT_RETRY, RetryPolicy
 
@@ -42,13 +43,20 @@ class Endpoint:
     """A named service with one queue, one state table and a handler per message type.
 
     ``retry``: what happens when its handlers raise (``bus.retry``); a policy given to
-    ``handles`` wins for that message type.
+    ``handles`` wins for that message type. ``middleware``: runs around this endpoint's
+    handlers and their sends, inside the bus's own (``bus.middleware``).
+    ``max_queue_depth``: senders are refused (and keep the message in their outbox) while the
+    endpoint's queue holds this many messages (``bus.protocol.backpressure``).
     """
 
-    def __init__(self, name: str, *, retry: RetryPolicy | None = None) -> None:
+    def __init__(self, name: str, *, retry: RetryPolicy | None = None,
+                 middleware: Sequence[Middleware] = (),
+                 max_queue_depth: int | None = None) -> None:
         self.name = check_endpoint(name)
         self.routes: dict[str, Route] = {}
         self.retry = retry or DEFAULT_RETRY
+        self.middleware = check_middleware(self.name, middleware)
+        self.max_queue_depth = check_depth(self.name, max_queue_depth)
 
     def handles(self, contract: type[M], *,
                 partition: Callable[[M], str] | None = None,
@@ -84,3 +92,23 @@ class Endpoint:
 
     def __repr__(self) -> str:
         return f"Endpoint({self.name!r}, handles={sorted(self.routes)})"
+
+
+def check_middleware(owner: str, middleware: Sequence[object]) -> tuple[Middleware, ...]:
+    """Fail at start-up, not at the first message, when something is not a Middleware."""
+    checked: list[Middleware] = []
+    for item in middleware:
+        if not isinstance(item, Middleware):
+            raise ConfigurationError(
+                f"{owner}: middleware must be instances of bus.Middleware (subclass it and "
+                f"override handle and/or send), got {item!r}")
+        checked.append(item)
+    return tuple(checked)
+
+
+def check_depth(owner: str, depth: int | None) -> int | None:
+    if depth is not None and (not isinstance(depth, int) or depth < 1):
+        raise ConfigurationError(
+            f"{owner}: max_queue_depth must be a positive number of messages (or None for no "
+            f"limit), not {depth!r}")
+    return depth

@@ -87,3 +87,8 @@ class Abandon(RetryAfter):
 
     def __init__(self, reason: str = "") -> None:
         super().__init__(0.0, reason or "abandoned by the handler")
+
+
+class Reject(Exception):
+    """Raised by a handler or a middleware: this message can never succeed (it fails
+    validation, say): put it in the poison queue now, with this reason, without retries."""

@@ -22,5 +22,11 @@ class Settings(BaseModel):
     """How long ``Bus.send_once`` remembers a message id (its duplicate-detection window)."""
     send_attempts: int = Field(5, ge=1)
     """Tries per storage call of a send from outside a handler before it raises."""
+    max_in_flight_sends: int = Field(32, ge=1)
+    """Storage calls that put messages on their way (tokens, payloads, signals) at once per
+    ``Bus``, across all threads; more wait their turn (seed 002's semaphore)."""
+    depth_check_seconds: float = Field(1.0, ge=0)
+    """How long a bounded queue's depth is trusted before it is read again
+    (``bus.protocol.backpressure``)."""
     client_name: str = "client"
     """The ``source`` of messages sent from outside any handler."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from bus.endpoint import ConfigurationError, Endpoint
+from bus.endpoint import ConfigurationError, Endpoint, check_depth
 from bus.messages import Message, topic_of
 from bus.naming import Names, NamingError, check_endpoint
 
@@ -37,6 +37,15 @@ class Topology:
     def destinations(self) -> set[str]:
         """Every endpoint a command may be sent to from here."""
         return set(self.endpoints) | set(self.routes.values())
+
+    def depth_limits(self, declared: Mapping[str, int]) -> dict[str, int]:
+        """Maximum queue depth per endpoint: ``declared`` (for endpoints defined elsewhere),
+        then each endpoint's own ``max_queue_depth``."""
+        limits = {check_endpoint(name): check_depth(name, depth)
+                  for name, depth in declared.items()}
+        limits.update({name: e.max_queue_depth for name, e in self.endpoints.items()
+                       if e.max_queue_depth is not None})
+        return {name: depth for name, depth in limits.items() if depth is not None}
 
     def check_names(self, names: Names) -> None:
         """Fail at start-up when two endpoints would share a queue or a state table."""

@@ -7,6 +7,8 @@ from collections.abc import Iterator
 import pytest
 
 from bus.adapters.azure import AzureStorage
+from bus.storage import Storage
+from bus.testing import InMemoryStorage
 from devhost.azurite import azurite
 
 
@@ -19,6 +21,14 @@ def azurite_connection() -> Iterator[str]:
 @pytest.fixture
 def azure_storage(azurite_connection: str) -> AzureStorage:
     return AzureStorage.from_connection_string(azurite_connection)
+
+
+@pytest.fixture(params=["memory", pytest.param("azurite", marks=pytest.mark.azurite)])
+def storage(request: pytest.FixtureRequest) -> Storage:
+    """Each test that takes ``storage`` runs twice: on the in-memory backend and on Azurite."""
+    if request.param == "memory":
+        return InMemoryStorage()
+    return AzureStorage.from_connection_string(request.getfixturevalue("azurite_connection"))
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import time
 import pytest
 
 from bus import Bus, Command, Context, Endpoint
-from bus.adapters.azure import AzureStorage
 from bus.hosting.breaker import CircuitBreaker
 from bus.hosting.worker import Worker
 from bus.storage import QueueMessage, Queues, Storage, Throttled
@@ -17,13 +16,6 @@ from bus.testing import InMemoryStorage
 
 class Job(Command):
     ref: str
-
-
-@pytest.fixture(params=["memory", pytest.param("azurite", marks=pytest.mark.azurite)])
-def storage(request: pytest.FixtureRequest) -> Storage:
-    if request.param == "memory":
-        return InMemoryStorage()
-    return AzureStorage.from_connection_string(request.getfixturevalue("azurite_connection"))
 
 
 def build(storage: Storage, prefix: str, done: list[str]) -> Bus:

@@ -11,22 +11,13 @@ import pytest
 from click.testing import CliRunner
 
 from bus import Bus
-from bus.adapters.azure import AzureStorage
 from bus.hosting.worker import Worker
 from bus.operations.cli import main
 from bus.protocol.deadletters import ReplayResult
 from bus.protocol.inbox import TokenState
 from bus.storage import NotFound, Storage
-from bus.testing import InMemoryStorage
 from tests import dlq_app
 from tests.dlq_app import Charge
-
-
-@pytest.fixture(params=["memory", pytest.param("azurite", marks=pytest.mark.azurite)])
-def storage(request: pytest.FixtureRequest) -> Storage:
-    if request.param == "memory":
-        return InMemoryStorage()
-    return AzureStorage.from_connection_string(request.getfixturevalue("azurite_connection"))
 
 
 @pytest.fixture(autouse=True)

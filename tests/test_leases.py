@@ -5,26 +5,15 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
-
 from bus import Abandon, Bus, Command, Context, Endpoint, RetryPolicy, Settings
-from bus.adapters.azure import AzureStorage
 from bus.hosting.worker import Worker
 from bus.storage import Storage
-from bus.testing import InMemoryStorage
 
 
 class Slow(Command):
     ref: str
     seconds: float = 0.0
     abandon: bool = False
-
-
-@pytest.fixture(params=["memory", pytest.param("azurite", marks=pytest.mark.azurite)])
-def storage(request: pytest.FixtureRequest) -> Storage:
-    if request.param == "memory":
-        return InMemoryStorage()
-    return AzureStorage.from_connection_string(request.getfixturevalue("azurite_connection"))
 
 
 def build(storage: Storage, prefix: str, calls: list[tuple[str, int]]) -> Bus:

@@ -8,17 +8,8 @@ import time
 import pytest
 
 from bus import Bus, Command, Context, Endpoint, RetryAfter, RetryPolicy, Settings
-from bus.adapters.azure import AzureStorage
 from bus.hosting.worker import Worker
 from bus.storage import NotFound, Storage
-from bus.testing import InMemoryStorage
-
-
-@pytest.fixture(params=["memory", pytest.param("azurite", marks=pytest.mark.azurite)])
-def storage(request: pytest.FixtureRequest) -> Storage:
-    if request.param == "memory":
-        return InMemoryStorage()
-    return AzureStorage.from_connection_string(request.getfixturevalue("azurite_connection"))
 
 
 class Book(Command):

@@ -9,21 +9,12 @@ from collections.abc import Callable
 import pytest
 
 from bus import Bus, Settings
-from bus.adapters.azure import AzureStorage
 from bus.adapters.memory import Fault
 from bus.protocol.inbox import TokenState
 from bus.protocol.poison import PoisonEntry
 from bus.storage import Storage
 from bus.testing import InMemoryStorage
 from tests.orderflow import Flaky, OrderPlaced, PlaceOrder, build, drain, state
-
-
-@pytest.fixture(params=["memory", pytest.param("azurite", marks=pytest.mark.azurite)])
-def storage(request: pytest.FixtureRequest) -> Storage:
-    if request.param == "memory":
-        return InMemoryStorage()
-    connection = request.getfixturevalue("azurite_connection")
-    return AzureStorage.from_connection_string(connection)
 
 
 def leftovers(bus: Bus) -> list[str]:

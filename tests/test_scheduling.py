@@ -10,7 +10,6 @@ from datetime import timedelta
 import pytest
 
 from bus import Bus, Command, Context, Endpoint
-from bus.adapters.azure import AzureStorage
 from bus.adapters.memory import Fault
 from bus.hosting.worker import Worker
 from bus.storage import NotFound, Storage
@@ -50,13 +49,6 @@ def reminded(bus: Bus, ref: str) -> int:
     except NotFound:
         return 0
     return int(row.properties["times"])  # type: ignore[arg-type]
-
-
-@pytest.fixture(params=["memory", pytest.param("azurite", marks=pytest.mark.azurite)])
-def storage(request: pytest.FixtureRequest) -> Storage:
-    if request.param == "memory":
-        return InMemoryStorage()
-    return AzureStorage.from_connection_string(request.getfixturevalue("azurite_connection"))
 
 
 def test_scheduled_sends_arrive_when_due(storage: Storage, prefix: str) -> None:

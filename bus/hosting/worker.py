@@ -25,6 +25,7 @@ from bus.bus import Bus
 from bus.hosting.breaker import CircuitBreaker
 from bus.hosting.leases import LeaseKeeper
 from bus.hosting.retry import transient_retries
+from bus.protocol.backpressure import QueueFull
 from bus.protocol.receive import HandlerFailed, Incoming, Outcome
 from bus.storage import NotFound, QueueMessage, StorageError, Throttled, TransientError
 
@@ -94,8 +95,7 @@ class Worker:
                          message.dequeue_count, result.delay, result)
                 self._release(message, result.delay)
             elif isinstance(result, StorageError):
-                log.warning("storage trouble, releasing %s: %s", message.id, result)
-                self._release(message)
+                self._storage_trouble(message, result)
             else:
                 raise result  # a bug, as on the one-message path
 
@@ -109,13 +109,20 @@ class Worker:
             self._release(message, exc.delay)
             return None
         except StorageError as exc:
-            log.warning("storage trouble, releasing %s: %s", message.id, exc)
-            if isinstance(exc, Throttled):
-                self.breaker.throttled(exc)
-            self._release(message)
+            self._storage_trouble(message, exc)
             return None
         self.outcomes[outcome.value] = self.outcomes.get(outcome.value, 0) + 1
         return outcome
+
+    def _storage_trouble(self, message: QueueMessage, exc: StorageError) -> None:
+        """Release the message for a later delivery (which resumes where this one stopped)."""
+        if isinstance(exc, QueueFull):
+            log.info("waiting for room, releasing %s: %s", message.id, exc)
+        else:
+            log.warning("storage trouble, releasing %s: %s", message.id, exc)
+        if isinstance(exc, Throttled):
+            self.breaker.throttled(exc)
+        self._release(message)
 
     def _retrying(self) -> Retrying:
         return transient_retries(self._tries, self._wait, self._sleep)

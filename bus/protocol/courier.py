@@ -5,23 +5,31 @@ Shared by the dispatcher (messages from handlers) and the sender (messages from 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 
 from bus.envelope import Envelope, encode_signal, fits_signal
 from bus.naming import Names
+from bus.protocol.backpressure import Room
 from bus.protocol.inbox import Inbox
 from bus.protocol.payloads import Payloads
 from bus.storage import Queues
 
 
 class Courier:
+    """``room`` refuses signals to full queues; ``in_flight`` bounds how many of this
+    courier's calls are on the wire at once, across threads (``bus.protocol.backpressure``)."""
+
     def __init__(self, *, queues: Queues, names: Names, inbox: Inbox, payloads: Payloads,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], room: Room | None = None,
+                 in_flight: int = 32) -> None:
         self._queues = queues
         self._names = names
         self.inbox = inbox
         self.payloads = payloads
         self._clock = clock
+        self.room = room
+        self._in_flight = threading.BoundedSemaphore(in_flight)
 
     def place(self, envelope: Envelope) -> None:
         """Create the copy's inbox token, then (if it needs one) its payload blob.
@@ -29,11 +37,12 @@ class Courier:
         Token first: a payload blob then always has a token, or had one, which is what lets
         the sweeper delete a blob whose token is gone.
         """
-        self.inbox.create(envelope.destination, envelope.attempt_id, envelope.message_id,
-                          self._clock())
-        if not fits_signal(envelope):
-            self.payloads.put(self.payloads.ref(envelope.destination, envelope.attempt_id),
-                              envelope.inline_payload())
+        with self._in_flight:
+            self.inbox.create(envelope.destination, envelope.attempt_id, envelope.message_id,
+                              self._clock())
+            if not fits_signal(envelope):
+                self.payloads.put(self.payloads.ref(envelope.destination, envelope.attempt_id),
+                                  envelope.inline_payload())
 
     def place_many(self, envelopes: Sequence[Envelope]) -> None:
         """``place`` for copies with fresh attempt ids: the tokens in one request per
@@ -44,19 +53,30 @@ class Courier:
             by_destination.setdefault(envelope.destination, []).append(
                 (envelope.attempt_id, envelope.message_id))
         now = self._clock()
-        for destination, tokens in by_destination.items():
-            self.inbox.create_many(destination, tokens, now)
-        for envelope in envelopes:
-            if not fits_signal(envelope):
-                self.payloads.put(self.payloads.ref(envelope.destination, envelope.attempt_id),
-                                  envelope.inline_payload())
+        with self._in_flight:
+            for destination, tokens in by_destination.items():
+                self.inbox.create_many(destination, tokens, now)
+            for envelope in envelopes:
+                if not fits_signal(envelope):
+                    self.payloads.put(
+                        self.payloads.ref(envelope.destination, envelope.attempt_id),
+                        envelope.inline_payload())
 
-    def signal(self, envelope: Envelope) -> None:
+    def check_room(self, destination: str) -> None:
+        """Raise QueueFull when ``destination``'s queue is at its maximum depth."""
+        if self.room is not None:
+            self.room.check(destination)
+
+    def signal(self, envelope: Envelope, *, check_room: bool = True) -> None:
         """Put the copy's signal on its destination's queue (invisible until it is due, up to
-        the queue's 7-day limit; the receiver defers a longer one again)."""
-        self._queues.send(self._names.queue(envelope.destination),
-                          encode_signal(self.signal_form(envelope)),
-                          delay=due_in(envelope, self._clock()))
+        the queue's 7-day limit; the receiver defers a longer one again). Raises QueueFull
+        when that queue is at its maximum depth (unless the caller checked already)."""
+        if check_room:
+            self.check_room(envelope.destination)
+        with self._in_flight:
+            self._queues.send(self._names.queue(envelope.destination),
+                              encode_signal(self.signal_form(envelope)),
+                              delay=due_in(envelope, self._clock()))
 
     def signal_form(self, envelope: Envelope) -> Envelope:
         if fits_signal(envelope):

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from bus.ids import IdFactory
+from bus.protocol.backpressure import QueueFull
 from bus.protocol.courier import Courier
 from bus.protocol.outbox import Outbox, Slot
 from bus.protocol.records import OutboxRecord, Phase
@@ -97,11 +98,21 @@ class Dispatcher:
         return slot
 
     def signal(self, record: OutboxRecord, indexes: Iterable[int] | None = None) -> None:
-        """Step 4 for the chosen copies (all by default). Only for a record in phase SENDING."""
+        """Step 4 for the chosen copies (all by default). Only for a record in phase SENDING.
+
+        A copy whose destination queue is full does not stop the others; QueueFull is raised
+        after them, and the record waits in the outbox until a later ``complete`` finds room.
+        """
         assert record.phase is Phase.SENDING or not record.outgoing
         chosen = range(len(record.outgoing)) if indexes is None else indexes
+        full: list[QueueFull] = []
         for index in chosen:
-            self._courier.signal(record.outgoing[index])
+            try:
+                self._courier.signal(record.outgoing[index])
+            except QueueFull as exc:
+                full.append(exc)
+        if full:
+            raise full[0]
 
     def finish(self, slot: Slot) -> None:
         """Steps 5-6, once every signal was sent at least once."""

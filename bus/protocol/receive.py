@@ -36,6 +36,7 @@ from bus.context import Context, PartitionState, StateError, check_key
 from bus.endpoint import Endpoint, Route
 from bus.envelope import BadSignal, Envelope, decode_signal, parse_envelope
 from bus.messages import Message
+from bus.middleware import HandleNext, Middleware, handling_chain
 from bus.protocol.courier import due_in
 from bus.protocol.dispatch import Dispatcher
 from bus.protocol.inbox import Inbox, Token, TokenState
@@ -44,7 +45,7 @@ from bus.protocol.payloads import Payloads
 from bus.protocol.poison import PoisonQueue
 from bus.protocol.records import OutboxRecord
 from bus.protocol.safeguards import Safeguards
-from bus.retry import RetryAfter, RetryPolicy, backoff
+from bus.retry import Reject, RetryAfter, RetryPolicy, backoff
 from bus.serialization import PayloadError, Serializer
 from bus.storage import Queues, StorageError, TableOp, Tables
 
@@ -124,7 +125,12 @@ class Receiver:
                  clock: Callable[[], float], max_delivery_count: int,
                  safeguards: Safeguards, queues: Queues, queue: str,
                  sleep: Callable[[float], None] = time.sleep,
-                 random: Callable[[], float] = _random.random) -> None:
+                 random: Callable[[], float] = _random.random,
+                 middleware: Sequence[Middleware] = ()) -> None:
+        self._middleware = tuple(middleware)
+        self._chains: dict[str, HandleNext] = {
+            message_type: handling_chain(self._middleware, route.handler)
+            for message_type, route in endpoint.routes.items()}
         self._queues = queues
         self._queue = queue
         self._sleep = sleep
@@ -416,7 +422,7 @@ class Receiver:
         except (StorageError, ClaimLost):
             raise  # infrastructure or a lost race, not the handler's fault
         except Exception as exc:  # the handler's own failure, or what it asked for (too big)
-            if dequeue_count < self._max_delivery_count:
+            if dequeue_count < self._max_delivery_count and not isinstance(exc, Reject):
                 delay = (exc.seconds if isinstance(exc, RetryAfter)
                          else d.route.retry.delay_after(dequeue_count))
                 raise HandlerFailed(f"{d.route.contract.message_type} handler raised "
@@ -431,19 +437,22 @@ class Receiver:
         retrying = Retrying(
             stop=stop_after_attempt(policy.immediate),
             wait=self._backoff(policy),
-            retry=retry_if_not_exception_type((StorageError, ClaimLost, RetryAfter)),
+            retry=retry_if_not_exception_type((StorageError, ClaimLost, RetryAfter, Reject)),
             sleep=self._sleep, reraise=True)
-        state = PartitionState(self._tables, self._state_table, d.partition)
-        ctx = Context(self.endpoint, d.envelope, dequeue_count, state, self._addressing, [])
+        handle = self._chains[d.envelope.message_type]
+        ctx = self._context(d, dequeue_count)
         for attempt in retrying:
             with attempt:
                 if self._safeguards.fresh_retry_state:  # off: the "dirty-retry" break
-                    state = PartitionState(self._tables, self._state_table, d.partition)
-                    ctx = Context(self.endpoint, d.envelope, dequeue_count, state,
-                                  self._addressing, [])
-                d.route.handler(d.message, ctx)
-                operations = state.operations()
+                    ctx = self._context(d, dequeue_count)
+                handle(d.message, ctx)
+                operations = ctx.state.operations()
         return operations, ctx
+
+    def _context(self, d: _Decoded, dequeue_count: int) -> Context:
+        state = PartitionState(self._tables, self._state_table, d.partition)
+        return Context(self.endpoint, d.envelope, dequeue_count, state, self._addressing, [],
+                       _sending=self._middleware)
 
     def _backoff(self, policy: RetryPolicy) -> Callable[[RetryCallState], float]:
         return backoff(policy.backoff_initial, policy.backoff_max, self._random)
@@ -466,7 +475,8 @@ class Receiver:
 
     def _poison_failed(self, body: str, envelope: Envelope, exc: Exception,
                        dequeue_count: int, ack: Callable[[], None]) -> None:
-        reason = f"handler failed {dequeue_count} times (max delivery count)"
+        reason = (f"rejected: {exc}" if isinstance(exc, Reject)
+                  else f"handler failed {dequeue_count} times (max delivery count)")
         self._poison.put(body, reason=reason, dequeue_count=dequeue_count, now=self._clock(),
                          envelope=envelope, exception=f"{type(exc).__name__}: {exc}")
         self._park(self._inbox.read(self.endpoint, envelope.attempt_id))

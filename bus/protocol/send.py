@@ -28,9 +28,12 @@ class Sender:
         self._attempts = attempts
 
     def send(self, envelopes: list[Envelope]) -> None:
+        """Raises QueueFull before anything is written when a destination's queue is full."""
+        for envelope in envelopes:
+            self._courier.check_room(envelope.destination)
         for envelope in envelopes:
             placed = self._place(envelope)
-            self._retrying()(self._courier.signal, placed)
+            self._retrying()(self._courier.signal, placed, check_room=False)
 
     def _place(self, envelope: Envelope) -> Envelope:
         for _ in range(self._attempts):

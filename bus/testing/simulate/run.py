@@ -25,7 +25,8 @@ MAX_STEPS = 200_000
 SETTINGS = Settings(
     max_delivery_count=50,  # poisoning after handler failures is tested elsewhere
     lease_seconds=10.0, ghost_horizon_seconds=60.0, orphan_age_seconds=1e9,
-    send_attempts=10_000)  # the client never gives up (a send that raises is not exactly-once)
+    send_attempts=10_000,  # the client never gives up (a send that raises is not exactly-once)
+    depth_check_seconds=0.2)
 
 
 @dataclass
@@ -44,7 +45,7 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
     storage = InMemoryStorage(hooks=world)
     knobs = Knobs(partitions=rng.randint(1, 3), handler_failure=profile.handler_failure,
                   immediate=rng.randint(1, 3), retry_after=profile.handler_failure / 2,
-                  scheduled=rng.choice((0.0, 0.3, 1.0)))
+                  scheduled=rng.choice((0.0, 0.3, 1.0)), bounded=rng.choice((None, 1, 2)))
     bus = Bus(storage, build(knobs, world.rng.random, world.new_id), prefix="sim",
               settings=SETTINGS, clock=world.now, new_id=world.new_id, sleep=world.sleep,
               safeguards=safeguards, random=world.rng.random)

@@ -49,11 +49,14 @@ class Knobs:
     immediate: int = 1  # handler attempts per delivery (immediate retries)
     retry_after: float = 0.0  # chance that a handler asks for a delayed retry instead
     scheduled: float = 0.0  # chance that Finish is sent with a delay (scheduled delivery)
+    bounded: int | None = None  # max queue depth of b and e (back-pressure), None: unbounded
 
 
 def build(knobs: Knobs, roll: Callable[[], float], new_id: Callable[[], str]) -> list[Endpoint]:
     policy = RetryPolicy(immediate=knobs.immediate, backoff_initial=0.01, delays=(0.1, 0.5))
-    endpoints = {name: Endpoint(name, retry=policy) for name in ENDPOINTS}
+    endpoints = {name: Endpoint(name, retry=policy,
+                                max_queue_depth=knobs.bounded if name in "be" else None)
+                 for name in ENDPOINTS}
 
     def partition(message: Start | Step | Happened | Finish) -> str:
         return f"p{message.root % knobs.partitions}"
