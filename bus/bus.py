@@ -21,6 +21,7 @@ from bus.naming import Names
 from bus.protocol.backpressure import Room
 from bus.protocol.courier import Courier
 from bus.protocol.deadletters import DeadLetters
+from bus.protocol.deferral import Deferrals
 from bus.protocol.dispatch import Dispatcher
 from bus.protocol.driver import OutboxDriver
 from bus.protocol.inbox import Inbox
@@ -289,6 +290,10 @@ class Bus:
                            queues=self.storage.queues, inbox=self.inbox,
                            payloads=self.payloads, clock=self.clock)
 
+    def deferred(self, endpoint: str) -> Deferrals:
+        """The messages ``endpoint``'s handlers deferred: list, fetch by id, release."""
+        return Deferrals(endpoint=self.topology.endpoint(endpoint).name, courier=self.courier)
+
     # -- the circuit breaker's shared switch (see bus.hosting.breaker) ---------------------
     def pause(self, endpoint: str, seconds: float, reason: str = "") -> None:
         """Stop every worker of ``endpoint`` from consuming for ``seconds`` (they notice
@@ -323,4 +328,6 @@ class Bus:
     def sweeper(self) -> Sweeper:
         return Sweeper(inbox=self.inbox, payloads=self.payloads, poison_for=self.poison_queue,
                        clock=self.clock, ghost_horizon=self.settings.ghost_horizon_seconds,
-                       orphan_age=self.settings.orphan_age_seconds)
+                       orphan_age=self.settings.orphan_age_seconds,
+                       resend=self.courier.resend,
+                       release_resend=self.settings.release_resend_seconds)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from bus.addressing import Addressing
@@ -111,6 +111,12 @@ class Context:
     _outgoing: list[Envelope]
     _sends: int = 0
     _sending: tuple[Middleware, ...] = ()
+    deferrals: int = 0
+    """How many times this message was deferred and released before this delivery."""
+    deferred: bool = False
+    """Whether the handler called ``defer``."""
+    releases: list[tuple[str, str]] = field(default_factory=list)
+    """``(endpoint, message id)`` of the deferred messages the handler released."""
 
     @property
     def message_id(self) -> str:
@@ -151,6 +157,19 @@ class Context:
             outgoing.message, message_id=outgoing.message_id,
             correlation_id=self.envelope.correlation_id, causation_id=self.envelope.message_id,
             headers=outgoing.headers, to=outgoing.to, delay=outgoing.delay))
+
+    def defer(self) -> None:
+        """Set this message aside instead of consuming it: when the handler returns, its state
+        changes and sends commit as usual and the message waits, unprocessed, until it is
+        released by id (``release_deferred`` or ``Bus.deferred(endpoint).release``). Record
+        ``message_id`` in your state to find it again. See ``bus.protocol.deferral``."""
+        self.deferred = True
+
+    def release_deferred(self, message_id: str, *, endpoint: str | None = None) -> None:
+        """Release a message deferred at ``endpoint`` (this one by default) once this handler
+        commits; it is then delivered to its handler again. Releasing a message that is not
+        deferred does nothing."""
+        self.releases.append((endpoint or self.endpoint, message_id))
 
     @property
     def outgoing(self) -> tuple[Envelope, ...]:

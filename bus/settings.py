@@ -18,6 +18,9 @@ class Settings(BaseModel):
     """How long a delayed storage request may still take effect; fences are kept this long."""
     orphan_age_seconds: float = Field(7 * 24 * 3600.0, gt=0)
     """Age at which a live token that nobody processed is reported and removed."""
+    release_resend_seconds: float = Field(300.0, gt=0)
+    """A released deferral still unprocessed after this long gets its signal sent again by the
+    sweeper (the release may have stopped between its two steps)."""
     ledger_retention_seconds: float = Field(7 * 24 * 3600.0, gt=0)
     """How long ``Bus.send_once`` remembers a message id (its duplicate-detection window)."""
     send_attempts: int = Field(5, ge=1)

@@ -85,6 +85,14 @@ class Courier:
         return envelope.model_copy(update={"payload": None, "payload_ref": ref,
                                            "payload_encoding": "utf-8"})
 
+    def resend(self, destination: str, body: str) -> None:
+        """Send a signal body kept from earlier (a released deferral) as it was."""
+        with self._in_flight:
+            self._queues.send(self._names.queue(destination), body)
+
+    def now(self) -> float:
+        return self._clock()
+
     def fence(self, destination: str, attempt_id: str, message_id: str) -> None:
         """Make sure a superseded attempt can never be processed, and drop its payload."""
         self.inbox.fence(destination, attempt_id, message_id, self._clock())

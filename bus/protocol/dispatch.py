@@ -6,7 +6,9 @@
 3. persist phase SENDING (compare-and-swap): from here on tokens are never created again;
 4. send the signals (repeating them is harmless: tokens deduplicate);
 5. fence the attempt ids that were superseded in step 1;
-6. consume (delete) the incoming message's token, then its claim-check payload.
+6. release the deferred messages the handler asked for (``deferral``), then consume (delete)
+   the incoming message's token and its claim-check payload - or, when the handler deferred
+   the message, set the token aside and keep the payload.
 
 The finished record stays in the slot: "its incoming token is gone" is what finished means
 (step 6 is the last step, and nothing else deletes a token of a committed message), so the
@@ -22,6 +24,8 @@ from collections.abc import Iterable, Sequence
 from bus.ids import IdFactory
 from bus.protocol.backpressure import QueueFull
 from bus.protocol.courier import Courier
+from bus.protocol.deferral import release, set_aside
+from bus.protocol.inbox import finished
 from bus.protocol.outbox import Outbox, Slot
 from bus.protocol.records import OutboxRecord, Phase
 from bus.protocol.safeguards import Safeguards
@@ -71,6 +75,7 @@ class Dispatcher:
                 finishing.append((index, record))
             except Exception as exc:
                 results[index] = exc
+        finishing = self._settle_individually(finishing, results)
         if not finishing:
             return results
         endpoint = finishing[0][1].endpoint
@@ -87,6 +92,23 @@ class Dispatcher:
                 except Exception as exc:
                     results[index] = exc
         return results
+
+    def _settle_individually(self, finishing: list[tuple[int, OutboxRecord]],
+                             results: list[Exception | None],
+                             ) -> list[tuple[int, OutboxRecord]]:
+        """The releases each record asked for, and the records that deferred their message
+        (finished one by one); returns the records left to consume together."""
+        consume: list[tuple[int, OutboxRecord]] = []
+        for index, record in finishing:
+            try:
+                self.release_requested(record)
+                if record.deferred_signal is not None:
+                    set_aside(self._courier, record)
+                else:
+                    consume.append((index, record))
+            except Exception as exc:
+                results[index] = exc
+        return consume
 
     def prepare(self, slot: Slot, *, committed_by_me: bool) -> Slot:
         """Steps 1-3: make sure every outgoing copy has its token; returns the slot in phase
@@ -119,9 +141,18 @@ class Dispatcher:
         record = slot.record
         assert record is not None and (record.phase is Phase.SENDING or not record.outgoing)
         self.fence_superseded(record)
+        self.release_requested(record)
+        if record.deferred_signal is not None:
+            set_aside(self._courier, record)  # the payload stays for the release
+            return
         self._courier.inbox.consume(record.endpoint, record.attempt_id)
         if record.payload_ref is not None:
             self._courier.payloads.delete(record.payload_ref)
+
+    def release_requested(self, record: OutboxRecord) -> None:
+        """The deferred messages the handler released (idempotent: safe to repeat)."""
+        for wanted in record.releases:
+            release(self._courier, wanted.endpoint, wanted.message_id)
 
     def fence_superseded(self, record: OutboxRecord) -> None:
         """Step 5: tombstones for the attempt ids step 1 replaced (none were signalled)."""
@@ -129,8 +160,8 @@ class Dispatcher:
             self._courier.fence(attempt.destination, attempt.attempt_id, record.message_id)
 
     def is_finished(self, record: OutboxRecord) -> bool:
-        """Whether ``record`` was finished (its incoming token is gone). One read."""
-        return self._courier.inbox.read(record.endpoint, record.attempt_id) is None
+        """Whether ``record`` was finished (``inbox.finished``). One read."""
+        return finished(record, self._courier.inbox.read(record.endpoint, record.attempt_id))
 
     def _place_tokens(self, slot: Slot, record: OutboxRecord,
                       committed_by_me: bool) -> tuple[Slot, OutboxRecord]:

@@ -9,7 +9,15 @@ A token row is one of three things:
 * ``live``     - the message is in flight;
 * ``fenced``   - a tombstone for an attempt id that was superseded: it will never be signalled,
                  and a delayed ("ghost") create of it now fails with 409 instead of resurrecting it;
-* ``parked``   - the message went to the poison queue; kept for the dead-letter tools.
+* ``parked``   - the message went to the poison queue; kept for the dead-letter tools;
+* ``deferred`` - a handler set the message aside (``Context.defer``): no copy of it is
+                 processed until someone releases it (``bus.protocol.deferral``). The row keeps
+                 the signal to send again, and an index row ``~deferred~<message id>`` in the
+                 same partition finds it by message id.
+
+A token's ``generation`` counts its releases: an outbox record that deferred the message
+remembers the generation it saw, so once the message is released the old record no longer
+counts as unfinished (``finished``).
 """
 
 from __future__ import annotations
@@ -17,11 +25,13 @@ from __future__ import annotations
 import contextlib
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from bus.protocol.records import OutboxRecord
 from bus.storage import (
     Conflict,
     Entity,
+    EntityValue,
     NotFound,
     PreconditionFailed,
     StorageError,
@@ -32,10 +42,15 @@ from bus.storage import (
 _BATCH = 100  # operations per entity-group transaction (the Azure limit)
 
 
+_CHUNK = 30_000  # characters per string property (the limit is 64 KiB of UTF-16)
+_INDEX = "~deferred~"  # row key prefix of the deferral index (attempt ids never contain ~)
+
+
 class TokenState(str, enum.Enum):
     LIVE = "live"
     FENCED = "fenced"
     PARKED = "parked"
+    DEFERRED = "deferred"
 
 
 @dataclass(frozen=True)
@@ -46,6 +61,8 @@ class Token:
     message_id: str
     since: float  # when it entered its state (clock seconds)
     etag: str
+    generation: int = 0  # releases from deferral so far
+    signal: str | None = None  # the signal body, kept while deferred (and after a release)
 
 
 class Inbox:
@@ -57,7 +74,7 @@ class Inbox:
         """Create a live token. Attempt ids are fresh, so a 409 means our own earlier request
         took effect (its response was lost) - or the attempt was fenced, which the caller's
         next compare-and-swap on its outbox slot detects."""
-        entity = _entity(endpoint, attempt_id, TokenState.LIVE, message_id, now)
+        entity = _entity(Token(endpoint, attempt_id, TokenState.LIVE, message_id, now, ""))
         with contextlib.suppress(Conflict):
             self._tables.insert(self._table, entity)
 
@@ -69,8 +86,8 @@ class Inbox:
         record the way a helper does, with fresh ones).
         """
         for start in range(0, len(tokens), _BATCH):
-            ops = [TableOp("insert", _entity(endpoint, attempt_id, TokenState.LIVE,
-                                             message_id, now))
+            ops = [TableOp("insert", _entity(Token(endpoint, attempt_id, TokenState.LIVE,
+                                                   message_id, now, "")))
                    for attempt_id, message_id in tokens[start:start + _BATCH]]
             self._tables.transact(self._table, ops)
 
@@ -103,47 +120,112 @@ class Inbox:
 
     def fence(self, endpoint: str, attempt_id: str, message_id: str, now: float) -> None:
         """Turn a superseded attempt into a tombstone (whether or not its token exists)."""
-        self._tables.replace(
-            self._table, _entity(endpoint, attempt_id, TokenState.FENCED, message_id, now))
+        self._tables.replace(self._table, _entity(
+            Token(endpoint, attempt_id, TokenState.FENCED, message_id, now, "")))
 
     def park(self, token: Token, now: float) -> bool:
         """Mark a live token as poisoned; False if it changed meanwhile (consumed, fenced)."""
-        entity = _entity(token.endpoint, token.attempt_id, TokenState.PARKED,
-                         token.message_id, now)
-        try:
-            self._tables.replace(self._table, entity, etag=token.etag)
-        except (PreconditionFailed, NotFound):
-            return False
-        return True
+        return self._move(token, TokenState.PARKED, now)
 
     def unpark(self, token: Token, now: float) -> bool:
         """Make a parked token live again (a dead-letter replay); False if it changed."""
-        entity = _entity(token.endpoint, token.attempt_id, TokenState.LIVE, token.message_id,
-                         now)
+        return self._move(token, TokenState.LIVE, now)
+
+    def defer(self, token: Token, signal: str, now: float) -> bool:
+        """Set a live token aside with the signal to send when it is released, and index it by
+        message id (one transaction); False if the token changed meanwhile."""
+        deferred = replace(token, state=TokenState.DEFERRED, since=now, signal=signal)
+        index = Entity(token.endpoint, _INDEX + token.message_id,
+                       {"attempt_id": token.attempt_id})
         try:
-            self._tables.replace(self._table, entity, etag=token.etag)
+            self._tables.transact(self._table, [
+                TableOp("replace", _entity(deferred), token.etag), TableOp("replace", index)])
         except (PreconditionFailed, NotFound):
             return False
         return True
 
-    def all(self) -> list[Token]:
-        """Every token row (for the sweeper and the checks; not a hot path)."""
-        return [_token(row) for row in self._tables.query(self._table)]
+    def release(self, token: Token, now: float) -> Token | None:
+        """Make a deferred token live again, one generation later (the signal is kept, so a
+        release can be repeated); None if it changed meanwhile."""
+        live = replace(token, state=TokenState.LIVE, since=now,
+                       generation=token.generation + 1)
+        try:
+            etag = self._tables.replace(self._table, _entity(live), etag=token.etag)
+        except (PreconditionFailed, NotFound):
+            return None
+        return replace(live, etag=etag)
+
+    def find(self, endpoint: str, message_id: str) -> Token | None:
+        """The token a deferral of ``message_id`` indexed, if it still exists (two reads)."""
+        try:
+            index = self._tables.get(self._table, endpoint, _INDEX + message_id)
+        except NotFound:
+            return None
+        return self.read(endpoint, str(index.properties["attempt_id"]))
+
+    def _move(self, token: Token, state: TokenState, now: float) -> bool:
+        try:
+            self._tables.replace(self._table, _entity(replace(token, state=state, since=now)),
+                                 etag=token.etag)
+        except (PreconditionFailed, NotFound):
+            return False
+        return True
+
+    def all(self, endpoint: str | None = None) -> list[Token]:
+        """Every token row, or one endpoint's (for tooling, the sweeper and the checks; not a
+        hot path)."""
+        return [_token(row) for row in self._tables.query(self._table, endpoint)
+                if not row.row_key.startswith(_INDEX)]
+
+    def stale_index(self) -> list[tuple[str, str]]:
+        """``(endpoint, message id)`` of index rows whose token is gone (for the sweeper)."""
+        rows = self._tables.query(self._table)
+        tokens = {(row.partition_key, row.row_key) for row in rows}
+        return [(row.partition_key, row.row_key[len(_INDEX):]) for row in rows
+                if row.row_key.startswith(_INDEX)
+                and (row.partition_key, str(row.properties["attempt_id"])) not in tokens]
+
+    def drop_index(self, endpoint: str, message_id: str) -> None:
+        self._tables.delete(self._table, endpoint, _INDEX + message_id)
 
     def delete_if_unchanged(self, token: Token) -> None:
         with contextlib.suppress(PreconditionFailed):
             self._tables.delete(self._table, token.endpoint, token.attempt_id, etag=token.etag)
 
 
+def finished(record: OutboxRecord, token: Token | None) -> bool:
+    """Whether an outbox record's work is done, given its incoming token (None: gone).
+
+    A record is finished once its incoming token is consumed - or, for a record that deferred
+    its message, once the token was set aside (or released since: a later generation).
+    """
+    if token is None:
+        return True
+    if record.deferred_signal is None:
+        return False
+    return token.state is not TokenState.LIVE or token.generation != record.generation
+
+
 def _token(row: Entity) -> Token:
     props = row.properties
     since = props.get("since")
+    generation = props.get("generation", 0)
+    chunks = props.get("signal_chunks", 0)
+    signal = ("".join(str(props[f"s{i}"]) for i in range(chunks))
+              if isinstance(chunks, int) and chunks else None)
     return Token(row.partition_key, row.row_key, TokenState(str(props["state"])),
                  str(props.get("message_id", "")),
-                 float(since) if isinstance(since, (int, float)) else 0.0, row.etag)
+                 float(since) if isinstance(since, (int, float)) else 0.0, row.etag,
+                 generation if isinstance(generation, int) else 0, signal)
 
 
-def _entity(endpoint: str, attempt_id: str, state: TokenState, message_id: str,
-            now: float) -> Entity:
-    return Entity(endpoint, attempt_id,
-                  {"state": state.value, "message_id": message_id, "since": now})
+def _entity(token: Token) -> Entity:
+    properties: dict[str, EntityValue] = {
+        "state": token.state.value, "message_id": token.message_id, "since": token.since}
+    if token.generation:
+        properties["generation"] = token.generation
+    if token.signal:
+        chunks = [token.signal[i:i + _CHUNK] for i in range(0, len(token.signal), _CHUNK)]
+        properties["signal_chunks"] = len(chunks)
+        properties.update({f"s{i}": chunk for i, chunk in enumerate(chunks)})
+    return Entity(token.endpoint, token.attempt_id, properties)

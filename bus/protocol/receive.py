@@ -39,11 +39,11 @@ from bus.messages import Message
 from bus.middleware import HandleNext, Middleware, handling_chain
 from bus.protocol.courier import due_in
 from bus.protocol.dispatch import Dispatcher
-from bus.protocol.inbox import Inbox, Token, TokenState
+from bus.protocol.inbox import Inbox, Token, TokenState, finished
 from bus.protocol.outbox import ClaimLost, Outbox, Slot
 from bus.protocol.payloads import Payloads
 from bus.protocol.poison import PoisonQueue
-from bus.protocol.records import OutboxRecord
+from bus.protocol.records import OutboxRecord, Release
 from bus.protocol.safeguards import Safeguards
 from bus.retry import Reject, RetryAfter, RetryPolicy, backoff
 from bus.serialization import PayloadError, Serializer
@@ -61,6 +61,7 @@ class Outcome(str, enum.Enum):
     PARKED = "parked"
     REQUEUED = "requeued"  # hosting only: put back on the queue as a fresh copy
     SCHEDULED = "scheduled"  # arrived before its time: put back with the remaining delay
+    DEFERRED = "deferred"  # the handler set it aside (Context.defer)
 
 
 class HandlerFailed(Exception):
@@ -116,6 +117,11 @@ class Delivery:
 
 def _no_ack() -> None:
     return None
+
+
+def _processed(slot: Slot) -> Outcome:
+    deferred = slot.record is not None and slot.record.deferred_signal is not None
+    return Outcome.DEFERRED if deferred else Outcome.PROCESSED
 
 
 class Receiver:
@@ -206,15 +212,17 @@ class Receiver:
         for index, d, slot in claims:
             item = batch[index]
             try:
-                if slot.record is not None and slot.record.attempt_id in tokens:
+                if self._unfinished(slot, tokens):
                     later.append(index)  # an unfinished record: the one-message path
                     continue
-                outcome = self._check_token(d, tokens.get(d.envelope.attempt_id))
+                token = tokens.get(d.envelope.attempt_id)
+                outcome = self._check_token(d, token)
                 if outcome is not None:
                     item.ack()
                     results[index] = outcome
                     continue
-                done = self._run_and_commit(d, slot, item.body, item.dequeue_count, item.ack)
+                done = self._run_and_commit(d, slot, item.body, item.dequeue_count, item.ack,
+                                            token)
                 if done is None:
                     results[index] = Outcome.POISONED
                 else:
@@ -254,10 +262,10 @@ class Receiver:
     def _complete_batch(self, batch: Sequence[Incoming], committed: list[tuple[int, Slot]],
                         results: dict[int, Outcome | Exception], later: list[int]) -> None:
         outcomes = self._dispatcher.complete_many([slot for _, slot in committed])
-        for (index, _), problem in zip(committed, outcomes, strict=True):
+        for (index, slot), problem in zip(committed, outcomes, strict=True):
             if problem is None:
                 batch[index].ack()
-                results[index] = Outcome.PROCESSED
+                results[index] = _processed(slot)
             elif isinstance(problem, ClaimLost):
                 later.append(index)  # someone else moved the slot on: look again
             else:
@@ -317,8 +325,9 @@ class Receiver:
         is untouched, so whichever copy arrives when due is processed once."""
         token = self._inbox.read(self.endpoint, envelope.attempt_id)
         if token is None or token.state is not TokenState.LIVE:
-            ack()  # consumed, fenced or parked: nothing to wait for
-            return Outcome.DUPLICATE if token is None else Outcome.PARKED
+            ack()  # consumed, fenced, parked or deferred: nothing to wait for
+            parked = token is not None and token.state is TokenState.PARKED
+            return Outcome.PARKED if parked else Outcome.DUPLICATE
         self._queues.send(self._queue, body, delay=due_in(envelope, self._clock()))
         ack()
         return Outcome.SCHEDULED
@@ -362,14 +371,15 @@ class Receiver:
             slot = self._outbox.load(d.partition)
             try:
                 tokens = self._tokens(d, slot)
-                if slot.record is not None and slot.record.attempt_id in tokens:
+                if self._unfinished(slot, tokens):
                     self._dispatcher.complete(slot, committed_by_me=False)
                     continue
-                outcome = self._check_token(d, tokens.get(d.envelope.attempt_id))
+                token = tokens.get(d.envelope.attempt_id)
+                outcome = self._check_token(d, token)
                 if outcome is not None:
                     ack()
                     return Delivery(outcome)
-                committed = self._run_and_commit(d, slot, body, dequeue_count, ack)
+                committed = self._run_and_commit(d, slot, body, dequeue_count, ack, token)
                 if committed is None:
                     return Delivery(Outcome.POISONED)
                 handoff = self._handoff(d, committed, inline_max)
@@ -378,7 +388,7 @@ class Receiver:
             except ClaimLost:
                 continue
             ack()
-            return Delivery(Outcome.PROCESSED, handoff)
+            return Delivery(_processed(committed), handoff)
         raise Contention(f"partition {d.partition!r} of {self.endpoint!r} kept changing")
 
     def _handoff(self, d: _Decoded, slot: Slot, inline_max: int | None) -> Handoff | None:
@@ -387,6 +397,12 @@ class Receiver:
         if inline_max is None or copies <= inline_max:
             return None
         return Handoff(self.endpoint, d.partition, d.envelope.message_id, copies)
+
+    @staticmethod
+    def _unfinished(slot: Slot, tokens: dict[str, Token]) -> bool:
+        """Whether the slot holds a record whose work is not done (read with its token)."""
+        return slot.record is not None and not finished(
+            slot.record, tokens.get(slot.record.attempt_id))
 
     def _tokens(self, d: _Decoded, slot: Slot) -> dict[str, Token]:
         """The copy's own token and the slot record's incoming token, in one request (both
@@ -401,6 +417,8 @@ class Receiver:
             return None
         if token is not None and token.state is TokenState.PARKED:
             return Outcome.PARKED
+        if token is not None and token.state is TokenState.DEFERRED:
+            return Outcome.DUPLICATE  # a copy of a message set aside: its payload stays
         if d.envelope.payload_ref is not None:
             # Tokens are created before their payload blob and the blob is read only before
             # the commit; with the token gone (consumed or fenced) it is garbage.
@@ -410,13 +428,16 @@ class Receiver:
         return Outcome.DUPLICATE
 
     def _run_and_commit(self, d: _Decoded, slot: Slot, body: str, dequeue_count: int,
-                        ack: Callable[[], None]) -> Slot | None:
+                        ack: Callable[[], None], token: Token | None) -> Slot | None:
+        generation = token.generation if token is not None else 0
         try:
-            operations, ctx = self._run(d, dequeue_count)
-            record = OutboxRecord(endpoint=self.endpoint, message_id=d.envelope.message_id,
-                                  attempt_id=d.envelope.attempt_id,
-                                  payload_ref=d.envelope.payload_ref, outgoing=ctx.outgoing,
-                                  committed_at=self._clock())
+            operations, ctx = self._run(d, dequeue_count, generation)
+            record = OutboxRecord(
+                endpoint=self.endpoint, message_id=d.envelope.message_id,
+                attempt_id=d.envelope.attempt_id, payload_ref=d.envelope.payload_ref,
+                outgoing=ctx.outgoing, committed_at=self._clock(),
+                deferred_signal=body if ctx.deferred else None, generation=generation,
+                releases=tuple(Release(endpoint=e, message_id=m) for e, m in ctx.releases))
             return self._outbox.commit(slot, operations, record,
                                        cas=self._safeguards.claim_cas)
         except (StorageError, ClaimLost):
@@ -430,7 +451,8 @@ class Receiver:
             self._poison_failed(body, d.envelope, exc, dequeue_count, ack)
             return None
 
-    def _run(self, d: _Decoded, dequeue_count: int) -> tuple[list[TableOp], Context]:
+    def _run(self, d: _Decoded, dequeue_count: int,
+             generation: int) -> tuple[list[TableOp], Context]:
         """Step 5 with the route's immediate retries: every attempt starts from fresh reads
         and an empty outbox, so a failed attempt leaves nothing behind."""
         policy = d.route.retry
@@ -440,19 +462,19 @@ class Receiver:
             retry=retry_if_not_exception_type((StorageError, ClaimLost, RetryAfter, Reject)),
             sleep=self._sleep, reraise=True)
         handle = self._chains[d.envelope.message_type]
-        ctx = self._context(d, dequeue_count)
+        ctx = self._context(d, dequeue_count, generation)
         for attempt in retrying:
             with attempt:
                 if self._safeguards.fresh_retry_state:  # off: the "dirty-retry" break
-                    ctx = self._context(d, dequeue_count)
+                    ctx = self._context(d, dequeue_count, generation)
                 handle(d.message, ctx)
                 operations = ctx.state.operations()
         return operations, ctx
 
-    def _context(self, d: _Decoded, dequeue_count: int) -> Context:
+    def _context(self, d: _Decoded, dequeue_count: int, generation: int) -> Context:
         state = PartitionState(self._tables, self._state_table, d.partition)
         return Context(self.endpoint, d.envelope, dequeue_count, state, self._addressing, [],
-                       _sending=self._middleware)
+                       _sending=self._middleware, deferrals=generation)
 
     def _backoff(self, policy: RetryPolicy) -> Callable[[RetryCallState], float]:
         return backoff(policy.backoff_initial, policy.backoff_max, self._random)

@@ -24,6 +24,14 @@ class Attempt(BaseModel):
     attempt_id: str
 
 
+class Release(BaseModel):
+    """A deferred message a handler asked to release (``Context.release_deferred``)."""
+
+    model_config = ConfigDict(frozen=True)
+    endpoint: str
+    message_id: str
+
+
 class OutboxRecord(BaseModel):
     """The incoming message a partition committed, and the messages it must send.
 
@@ -44,6 +52,13 @@ class OutboxRecord(BaseModel):
     committed_at: float = 0.0
     """When the handler's commit happened (epoch seconds): maintenance finishes records that
     stay in a slot much longer than a dispatch takes."""
+    deferred_signal: str | None = None
+    """Set when the handler deferred the incoming message: its signal body, kept on its token
+    for the release. Finishing the record then sets the token aside instead of consuming it."""
+    generation: int = 0
+    """The incoming token's generation (releases so far) when the handler ran."""
+    releases: tuple[Release, ...] = ()
+    """Deferred messages to release once the record is finished (releases are idempotent)."""
 
     def is_for(self, envelope: Envelope) -> bool:
         return (self.message_id, self.attempt_id) == (envelope.message_id, envelope.attempt_id)

@@ -6,7 +6,13 @@ What can be left behind, and when it is removed:
   horizon, the longest a delayed storage request can still arrive (default 1 hour; Azure
   Storage refuses requests signed more than 15 minutes earlier);
 * a claim-check blob whose token is gone or fenced - at once (tokens are created before
-  their payload blob, so such a blob can never be needed again);
+  their payload blob, so such a blob can never be needed again); a deferred message keeps its
+  token, so its blob stays;
+* a released deferral (a live token of a later generation) still unprocessed after
+  ``release_resend`` seconds - its signal is sent again (the release may have crashed between
+  making the token live and sending; a second signal is a harmless duplicate);
+* an index row of a deferral (``inbox``) whose token is gone - at once (the message was
+  released and processed);
 * a live token nobody signalled (its sender crashed between token and signal) - once it is
   older than ``orphan_age`` (default 7 days) it is parked, with a poison entry, so that a
   message whose signal was merely stuck that long is not lost silently. Parked, not deleted:
@@ -29,18 +35,23 @@ class SweepReport:
     fences_removed: int = 0
     orphan_tokens_parked: int = 0
     payloads_removed: int = 0
+    deferral_index_removed: int = 0
+    released_signals_resent: int = 0
 
 
 class Sweeper:
     def __init__(self, *, inbox: Inbox, payloads: Payloads,
                  poison_for: Callable[[str], PoisonQueue], clock: Callable[[], float],
-                 ghost_horizon: float, orphan_age: float) -> None:
+                 ghost_horizon: float, orphan_age: float,
+                 resend: Callable[[str, str], None], release_resend: float) -> None:
         self._inbox = inbox
         self._payloads = payloads
         self._poison_for = poison_for
         self._clock = clock
         self._ghost_horizon = ghost_horizon
         self._orphan_age = orphan_age
+        self._resend = resend
+        self._release_resend = release_resend
 
     def sweep(self) -> SweepReport:
         report = SweepReport()
@@ -50,6 +61,10 @@ class Sweeper:
             if token.state is TokenState.FENCED and age > self._ghost_horizon:
                 self._inbox.delete_if_unchanged(token)
                 report.fences_removed += 1
+            elif (token.state is TokenState.LIVE and token.generation and token.signal
+                  and self._release_resend < age <= self._orphan_age):
+                self._resend(token.endpoint, token.signal)
+                report.released_signals_resent += 1
             elif token.state is TokenState.LIVE and age > self._orphan_age:
                 self._poison_for(token.endpoint).put(
                     "", reason=f"orphan inbox token: attempt {token.attempt_id} of message "
@@ -57,6 +72,9 @@ class Sweeper:
                     dequeue_count=0, now=now)
                 if self._inbox.park(token, now):
                     report.orphan_tokens_parked += 1
+        for endpoint, message_id in self._inbox.stale_index():
+            self._inbox.drop_index(endpoint, message_id)
+            report.deferral_index_removed += 1
         for ref in self._payloads.refs():
             destination, _, attempt_id = ref.blob.partition("/")
             owner = self._inbox.read(destination, attempt_id)

@@ -163,8 +163,8 @@ class Drainer:
                 extra.append(message)  # another copy of a signal taken already
             elif token is None or token.state is TokenState.FENCED:
                 self._duplicate(message, envelope)
-            elif token.state is TokenState.PARKED:
-                self._delete(message)
+            elif token.state in (TokenState.PARKED, TokenState.DEFERRED):
+                self._delete(message)  # in the poison queue, or set aside by a handler
             else:
                 problem, payload = self._payload(envelope)
                 if payload is None:

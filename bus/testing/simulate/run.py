@@ -24,7 +24,8 @@ from bus.testing.simulate.world import Actor, FaultProfile, World
 MAX_STEPS = 200_000
 SETTINGS = Settings(
     max_delivery_count=50,  # poisoning after handler failures is tested elsewhere
-    lease_seconds=10.0, ghost_horizon_seconds=60.0, orphan_age_seconds=1e9,
+    lease_seconds=10.0, ghost_horizon_seconds=600.0, orphan_age_seconds=1e9,
+    release_resend_seconds=2.0,
     send_attempts=10_000,  # the client never gives up (a send that raises is not exactly-once)
     depth_check_seconds=0.2)
 
@@ -45,7 +46,8 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
     storage = InMemoryStorage(hooks=world)
     knobs = Knobs(partitions=rng.randint(1, 3), handler_failure=profile.handler_failure,
                   immediate=rng.randint(1, 3), retry_after=profile.handler_failure / 2,
-                  scheduled=rng.choice((0.0, 0.3, 1.0)), bounded=rng.choice((None, 1, 2)))
+                  scheduled=rng.choice((0.0, 0.3, 1.0)), bounded=rng.choice((None, 1, 2)),
+                  defer=rng.choice((0.0, 0.5, 1.0)))
     bus = Bus(storage, build(knobs, world.rng.random, world.new_id), prefix="sim",
               settings=SETTINGS, clock=world.now, new_id=world.new_id, sleep=world.sleep,
               safeguards=safeguards, random=world.rng.random)
@@ -63,9 +65,13 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
         for index in range(rng.randint(2, 3)):
             world.spawn(Actor(f"{endpoint}#{index}", _worker(bus, world, endpoint)))
 
+    if knobs.defer:
+        world.spawn(Actor("releaser", _releaser(bus, world, "c")))
+
     def quiescent() -> bool:
         return client.finished and not any(
-            storage.queues.bodies(bus.names.queue(e)) for e in bus.topology.endpoints)
+            storage.queues.bodies(bus.names.queue(e)) for e in bus.topology.endpoints
+        ) and not any(t.state is TokenState.DEFERRED for t in bus.inbox.all())
 
     def expire_lease() -> bool:
         return storage.queues.expire_lease(lambda ids: world.rng.randrange(len(ids)))
@@ -130,6 +136,23 @@ def _worker(bus: Bus, world: World, endpoint: str) -> Callable[[], None]:
     return work
 
 
+def _releaser(bus: Bus, world: World, endpoint: str) -> Callable[[], None]:
+    """An operator releasing whatever is deferred now and then, and the maintenance timer
+    (the sweeper: it re-sends the signals of releases that stopped half-way)."""
+    def release_all() -> None:
+        deferred = bus.deferred(endpoint)
+        while True:
+            try:
+                for message in deferred.list():
+                    deferred.release(message.message_id)
+                bus.sweeper().sweep()
+            except StorageError:
+                pass
+            world.sleep(1.0)
+
+    return release_all
+
+
 def _garbage(bus: Bus, world: World, count: int) -> list[tuple[str, Envelope | None]]:
     unknown = Envelope(
         message_id=world.new_id(), attempt_id=world.new_id(), kind="command",
@@ -153,11 +176,14 @@ def _effects(bus: Bus, storage: InMemoryStorage, roots: int) -> list[str]:
     """Every message's effect applied exactly once; counters agree (no lost updates)."""
     violations: list[str] = []
     applied: Counter[tuple[str, int, str]] = Counter()
+    deferrals: Counter[tuple[str, int]] = Counter()
     for endpoint in bus.topology.endpoints:
         per_partition: Counter[str] = Counter()
         counters: dict[str, object] = {}
         for row in storage.tables.rows(bus.names.state_table(endpoint)):
-            if row.row_key.startswith("fx."):
+            if row.row_key.startswith("wait."):
+                deferrals[(endpoint, int(row.properties["root"]))] += 1  # type: ignore[arg-type]
+            elif row.row_key.startswith("fx."):
                 applied[(endpoint, int(row.properties["root"]),  # type: ignore[arg-type]
                          str(row.properties["type"]))] += 1
                 per_partition[row.partition_key] += 1
@@ -174,6 +200,8 @@ def _effects(bus: Bus, storage: InMemoryStorage, roots: int) -> list[str]:
                 what = "lost" if n == 0 else f"applied {n} times"
                 violations.append(f"root {root}: {message_type} at {endpoint} {what}")
     violations.extend(f"unexpected effect {key}" for key in applied)
+    violations.extend(f"root {root}: deferred {n} times at {endpoint} (at most once)"
+                      for (endpoint, root), n in deferrals.items() if n > 1)
     return violations
 
 
@@ -191,6 +219,8 @@ def _left_behind(bus: Bus, storage: InMemoryStorage) -> list[str]:
                 violations.append(f"left behind: unfinished outbox record in {endpoint}/"
                                   f"{slot.partition}")
     violations.extend(f"left behind: payload blob {ref.blob}" for ref in bus.payloads.refs())
+    violations.extend(f"left behind: deferral index of {message_id} at {endpoint}"
+                      for endpoint, message_id in bus.inbox.stale_index())
     ledger = Outbox(storage.tables, bus.names.ledger_table)
     violations.extend(f"left behind: ledger record {slot.partition} in phase "
                       f"{slot.record.phase.value}" for slot in ledger.pending()

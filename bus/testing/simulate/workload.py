@@ -1,7 +1,7 @@
 """The simulated application: five endpoints, commands, an event with two subscribers.
 
-    client --Start--> a --Step--> b ==Happened==> c
-                                               => d --Finish--> e
+    client --Start--> a --Step--> b ==Happened==> c  (may defer it; e or a releaser
+                                               => d --Finish--> e  releases it)
 
 Every handler records its effect as a row with a unique key (so applying an effect twice leaves
 two rows, even if the two commits raced) and bumps a per-partition counter with a
@@ -50,6 +50,7 @@ class Knobs:
     retry_after: float = 0.0  # chance that a handler asks for a delayed retry instead
     scheduled: float = 0.0  # chance that Finish is sent with a delay (scheduled delivery)
     bounded: int | None = None  # max queue depth of b and e (back-pressure), None: unbounded
+    defer: float = 0.0  # chance that c defers a Happened (released by e, or by a releaser)
 
 
 def build(knobs: Knobs, roll: Callable[[], float], new_id: Callable[[], str]) -> list[Endpoint]:
@@ -91,6 +92,11 @@ def build(knobs: Knobs, roll: Callable[[], float], new_id: Callable[[], str]) ->
 
     @endpoints["c"].handles(Happened, partition=partition)
     def on_happened_c(message: Happened, ctx: Context) -> None:
+        if ctx.deferrals == 0 and roll() < knobs.defer:
+            # Deferral commits with state: a unique row, so a deferral applied twice shows.
+            ctx.state.put(f"wait.{message.root}.{new_id()}", {"root": message.root})
+            ctx.defer()
+            return
         effect(ctx, message, message.root)
 
     @endpoints["d"].handles(Happened, partition=partition)
@@ -99,10 +105,12 @@ def build(knobs: Knobs, roll: Callable[[], float], new_id: Callable[[], str]) ->
         # Scheduled delivery. (Delays beyond the queue's 7 days are tested with a fake clock in
         # tests/test_scheduling.py: idle workers poll every 0.5 virtual s, too many steps here.)
         delay = roll() * 3.0 if roll() < knobs.scheduled else 0.0
-        ctx.send(Finish(root=message.root), delay=delay)
+        ctx.send(Finish(root=message.root), delay=delay, headers={"happened": ctx.message_id})
 
     @endpoints["e"].handles(Finish, partition=partition)
     def on_finish(message: Finish, ctx: Context) -> None:
         effect(ctx, message, message.root)
+        if knobs.defer:  # c's copy of the event may be deferred (or not yet, or never)
+            ctx.release_deferred(ctx.headers["happened"], endpoint="c")
 
     return list(endpoints.values())
