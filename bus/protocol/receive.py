@@ -222,7 +222,7 @@ class Receiver:
                     results[index] = outcome
                     continue
                 done = self._run_and_commit(d, slot, item.body, item.dequeue_count, item.ack,
-                                            token)
+                                            token=token)
                 if done is None:
                     results[index] = Outcome.POISONED
                 else:
@@ -379,7 +379,7 @@ class Receiver:
                 if outcome is not None:
                     ack()
                     return Delivery(outcome)
-                committed = self._run_and_commit(d, slot, body, dequeue_count, ack, token)
+                committed = self._run_and_commit(d, slot, body, dequeue_count, ack, token=token)
                 if committed is None:
                     return Delivery(Outcome.POISONED)
                 handoff = self._handoff(d, committed, inline_max)
@@ -428,7 +428,7 @@ class Receiver:
         return Outcome.DUPLICATE
 
     def _run_and_commit(self, d: _Decoded, slot: Slot, body: str, dequeue_count: int,
-                        ack: Callable[[], None], token: Token | None) -> Slot | None:
+                        ack: Callable[[], None], *, token: Token | None) -> Slot | None:
         generation = token.generation if token is not None else 0
         try:
             operations, ctx = self._run(d, dequeue_count, generation)
