@@ -25,3 +25,20 @@ def test_plain_sdk_sender_in_envelope_md_is_processed(azurite_connection: str,
     exec(program, {"CONNECTION": azurite_connection, "PREFIX": prefix})
     assert drain(bus)["orders"] == {"processed": 1}
     assert state(bus, "orders", "plain-1", "order") == {"amount": 5, "note_size": 0}
+
+
+def examples(name: str) -> dict[str, str]:
+    """The blocks of ``name`` that start with ``# example: <title>``, by title."""
+    return {block.splitlines()[0].removeprefix("# example:").strip(): block
+            for block in python_blocks(name) if block.startswith("# example:")}
+
+
+def test_settlement_md_has_its_examples() -> None:
+    assert sorted(examples("settlement.md")) == ["back-pressure", "deferral", "middleware"]
+
+
+@pytest.mark.parametrize("title", ["middleware", "deferral", "back-pressure"])
+def test_settlement_md_examples_run(azurite_connection: str, prefix: str, title: str) -> None:
+    program = examples("settlement.md")[title]
+    exec(program, {"STORAGE": AzureStorage.from_connection_string(azurite_connection),
+                   "PREFIX": prefix, "__name__": "docs_example"})

@@ -6,6 +6,10 @@ rule is right for a handler that keeps failing (the receiver poisons those itsel
 reason, before the host would) but wrong for storage trouble: the message is fine, the storage
 was not. So on the last delivery a storage failure puts a fresh copy of the signal back on the
 queue (its inbox token is still live, so the copy is processed exactly once) and returns.
+
+The circuit breaker (``Bus.pause``) is honoured the same way: while the endpoint is paused a
+delivered message is put back with a visibility delay until the pause ends (the pause row is
+read at most every 5 s per instance), so messages wait in the queue, not in the function.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ import logging
 from tenacity import Retrying
 
 from bus.bus import Bus
+from bus.hosting.breaker import CircuitBreaker
 from bus.hosting.retry import transient_retries
+from bus.protocol.courier import MAX_VISIBILITY_DELAY
 from bus.protocol.receive import Delivery, Outcome
 from bus.storage import StorageError
 
@@ -36,6 +42,7 @@ class QueueTrigger:
         self.receiver = bus.receiver(endpoint)
         self.queue = bus.names.queue(endpoint)
         self.max_dequeue_count = max_dequeue_count
+        self.breaker = CircuitBreaker(bus, endpoint, clock=bus.clock)
         self.inline_dispatch_max = inline_dispatch_max
         self._tries = in_process_tries
 
@@ -44,6 +51,11 @@ class QueueTrigger:
 
         Returns normally when the message may be deleted; raises to have it redelivered.
         """
+        paused = self.breaker.paused_for()
+        if paused > 0:
+            self.bus.storage.queues.send(self.queue, base64.b64encode(raw).decode("ascii"),
+                                         delay=min(paused, MAX_VISIBILITY_DELAY))
+            return Delivery(Outcome.REQUEUED)
         try:
             return self._retrying()(self.receiver.deliver, raw, dequeue_count,
                                     inline_max=self.inline_dispatch_max)

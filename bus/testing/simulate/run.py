@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from bus import Bus, Envelope, Settings
 from bus.adapters.memory import InMemoryStorage
 from bus.hosting.worker import Worker
-from bus.protocol.inbox import TokenState
+from bus.protocol.inbox import Token, TokenState, finished
 from bus.protocol.outbox import Outbox
 from bus.protocol.poison import PoisonEntry
 from bus.protocol.records import Phase
@@ -71,7 +71,7 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
     def quiescent() -> bool:
         return client.finished and not any(
             storage.queues.bodies(bus.names.queue(e)) for e in bus.topology.endpoints
-        ) and not any(t.state is TokenState.DEFERRED for t in bus.inbox.all())
+        ) and not any(_waiting(t) for t in bus.inbox.all())
 
     def expire_lease() -> bool:
         return storage.queues.expire_lease(lambda ids: world.rng.randrange(len(ids)))
@@ -134,6 +134,13 @@ def _worker(bus: Bus, world: World, endpoint: str) -> Callable[[], None]:
                 world.sleep(0.5)
 
     return work
+
+
+def _waiting(token: Token) -> bool:
+    """Deferred, or released but maybe not signalled yet (the release stopped half-way:
+    the releaser's sweeper re-sends its signal)."""
+    return token.state is TokenState.DEFERRED or (
+        token.state is TokenState.LIVE and token.generation > 0)
 
 
 def _releaser(bus: Bus, world: World, endpoint: str) -> Callable[[], None]:
@@ -210,12 +217,12 @@ def _left_behind(bus: Bus, storage: InMemoryStorage) -> list[str]:
     violations = [f"left behind: {t.state.value} token {t.endpoint}/{t.attempt_id} "
                   f"of {t.message_id}"
                   for t in tokens if t.state is not TokenState.PARKED]
-    unfinished = {(t.endpoint, t.attempt_id) for t in tokens}
+    by_key = {(t.endpoint, t.attempt_id): t for t in tokens}
     for endpoint in bus.topology.endpoints:
         outbox = Outbox(storage.tables, bus.names.state_table(endpoint))
-        for slot in outbox.pending():  # a finished record (token gone) may stay in its slot
+        for slot in outbox.pending():  # a finished record may stay in its slot
             assert slot.record is not None
-            if (endpoint, slot.record.attempt_id) in unfinished:
+            if not finished(slot.record, by_key.get((endpoint, slot.record.attempt_id))):
                 violations.append(f"left behind: unfinished outbox record in {endpoint}/"
                                   f"{slot.partition}")
     violations.extend(f"left behind: payload blob {ref.blob}" for ref in bus.payloads.refs())

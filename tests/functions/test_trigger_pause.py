@@ -1,0 +1,41 @@
+"""The queue trigger honours Bus.pause: paused messages go back to the queue with a delay
+until the pause ends, and are processed once afterwards - in-memory and Azurite."""
+
+from __future__ import annotations
+
+import base64
+
+from bus import Bus, Command, Context, Endpoint, Outcome
+from bus.hosting.functions.trigger import QueueTrigger
+from bus.storage import Storage
+
+
+class Tick(Command):
+    n: int
+
+
+def test_a_paused_endpoint_puts_deliveries_back_until_the_pause_ends(storage: Storage,
+                                                                     prefix: str) -> None:
+    clock = [1_900_000_000.0]
+    ticks = Endpoint("ticks")
+    seen: list[int] = []
+
+    @ticks.handles(Tick, partition=lambda m: str(m.n))
+    def tick(message: Tick, ctx: Context) -> None:
+        seen.append(message.n)
+
+    bus = Bus(storage, [ticks], prefix=prefix, clock=lambda: clock[0])
+    bus.provision()
+    queue = bus.names.queue("ticks")
+    bus.send(Tick(n=1))
+    trigger = QueueTrigger(bus, "ticks", max_dequeue_count=5, inline_dispatch_max=None)
+    bus.pause("ticks", 600, reason="maintenance")
+    [message] = storage.queues.receive(queue, max_messages=1, lease=30)
+    storage.queues.delete(queue, message)  # what the host does when the function returns
+    raw = base64.b64decode(message.body)
+    assert trigger.deliver(raw, 1).outcome is Outcome.REQUEUED
+    assert seen == [] and storage.queues.depth(queue) == 1
+    assert storage.queues.receive(queue, max_messages=1, lease=30) == []  # invisible for now
+    bus.resume("ticks")
+    clock[0] += 6  # past the breaker's 5 s check interval
+    assert trigger.deliver(raw, 1).outcome is Outcome.PROCESSED and seen == [1]
