@@ -10,8 +10,9 @@
    the incoming message's token and its claim-check payload - or, when the handler deferred
    the message, set the token aside and keep the payload.
 
-The finished record stays in the slot: "its incoming token is gone" is what finished means
-(step 6 is the last step, and nothing else deletes a token of a committed message), so the
+The finished record stays in the slot: "its incoming token is gone" (or set aside, for a
+record that deferred its message: ``inbox.finished``) is what finished means (step 6 is the
+last step, and nothing else deletes a token of a committed message), so the
 next commit in the partition simply replaces it - one write per message fewer than emptying
 the slot. Any step may be interrupted; whoever loads the slot next resumes from the persisted
 phase.
