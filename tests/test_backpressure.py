@@ -20,7 +20,8 @@ from bus import (
 )
 from bus.hosting.worker import Worker
 from bus.protocol.inbox import TokenState
-from bus.storage import NotFound, QueueMessage, Queues, Storage
+from bus.storage import NotFound, Queues, Storage
+from bus.testing.transport import ForwardingQueues
 
 
 class Order(Command):
@@ -127,11 +128,11 @@ def test_send_once_keeps_a_refused_message_in_its_ledger(storage: Storage,
     assert counted(bus, "warehouse", "c", "picked") == 1
 
 
-class Overlap(Queues):
-    """Wraps a Queues port: each send takes 20 ms and the most concurrent sends are noted."""
+class Overlap(ForwardingQueues):
+    """Each send takes 20 ms and the most concurrent sends are noted."""
 
     def __init__(self, inner: Queues) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._lock = threading.Lock()
         self.now = 0
         self.most = 0
@@ -146,21 +147,6 @@ class Overlap(Queues):
         finally:
             with self._lock:
                 self.now -= 1
-
-    def create_queue(self, queue: str) -> None:
-        self._inner.create_queue(queue)
-
-    def receive(self, queue: str, *, max_messages: int, lease: float) -> list[QueueMessage]:
-        return self._inner.receive(queue, max_messages=max_messages, lease=lease)
-
-    def delete(self, queue: str, message: QueueMessage) -> None:
-        self._inner.delete(queue, message)
-
-    def extend(self, queue: str, message: QueueMessage, *, lease: float) -> QueueMessage:
-        return self._inner.extend(queue, message, lease=lease)
-
-    def depth(self, queue: str) -> int:
-        return self._inner.depth(queue)
 
 
 @pytest.mark.parametrize(("max_in_flight", "bus_limit", "bound"), [(4, 32, 4), (8, 2, 2)])

@@ -13,28 +13,18 @@ import threading
 from bus.storage import QueueMessage, Queues, Storage
 
 
-class DuplicatingQueues:
-    """Sends each message a second time with probability ``rate`` (seeded, thread-safe)."""
+class ForwardingQueues:
+    """A Queues port that forwards every call to ``inner``: subclass it and override the calls
+    you want to change (faults, counting, delays)."""
 
-    def __init__(self, inner: Queues, rate: float, seed: int = 0) -> None:
-        if not 0.0 <= rate <= 1.0:
-            raise ValueError(f"rate must be between 0 and 1, got {rate}")
+    def __init__(self, inner: Queues) -> None:
         self._inner = inner
-        self._rate = rate
-        self._random = random.Random(seed)
-        self._lock = threading.Lock()
-        self.duplicated = 0
 
     def create_queue(self, queue: str) -> None:
         self._inner.create_queue(queue)
 
     def send(self, queue: str, body: str, *, delay: float = 0.0) -> None:
         self._inner.send(queue, body, delay=delay)
-        with self._lock:
-            twice = self._random.random() < self._rate
-            self.duplicated += twice
-        if twice:
-            self._inner.send(queue, body, delay=delay)
 
     def receive(self, queue: str, *, max_messages: int, lease: float) -> list[QueueMessage]:
         return self._inner.receive(queue, max_messages=max_messages, lease=lease)
@@ -47,6 +37,27 @@ class DuplicatingQueues:
 
     def depth(self, queue: str) -> int:
         return self._inner.depth(queue)
+
+
+class DuplicatingQueues(ForwardingQueues):
+    """Sends each message a second time with probability ``rate`` (seeded, thread-safe)."""
+
+    def __init__(self, inner: Queues, rate: float, seed: int = 0) -> None:
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"rate must be between 0 and 1, got {rate}")
+        super().__init__(inner)
+        self._rate = rate
+        self._random = random.Random(seed)
+        self._lock = threading.Lock()
+        self.duplicated = 0
+
+    def send(self, queue: str, body: str, *, delay: float = 0.0) -> None:
+        self._inner.send(queue, body, delay=delay)
+        with self._lock:
+            twice = self._random.random() < self._rate
+            self.duplicated += twice
+        if twice:
+            self._inner.send(queue, body, delay=delay)
 
 
 def with_duplicates(storage: Storage, rate: float, seed: int = 0) -> tuple[Storage,
