@@ -25,29 +25,21 @@ from bus.adapters.azure import AzureStorage
 from bus.hosting.worker import Worker
 from bus.storage import QueueMessage, Queues, Storage
 from bus.testing.counting import OpCounter, counting_storage
+from bus.testing.transport import ForwardingQueues
 from devhost.azurite import azurite
 
 
-class AckProbe:
+class AckProbe(ForwardingQueues):
     """A Queues wrapper that reports each acknowledgement (delete) of a message of a watched
     queue, on the thread that made it - once the message's processing finished (alone or,
     with the Worker's batched path, together with the rest of its batch)."""
 
     def __init__(self, inner: Queues) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self.watched: frozenset[str] = frozenset()
         self.on_ack: Callable[[QueueMessage], None] = lambda message: None
         self._lock = threading.Lock()
         self._acked: set[bytes] = set()
-
-    def create_queue(self, queue: str) -> None:
-        self._inner.create_queue(queue)
-
-    def send(self, queue: str, body: str, *, delay: float = 0.0) -> None:
-        self._inner.send(queue, body, delay=delay)
-
-    def receive(self, queue: str, *, max_messages: int, lease: float) -> list[QueueMessage]:
-        return self._inner.receive(queue, max_messages=max_messages, lease=lease)
 
     def delete(self, queue: str, message: QueueMessage) -> None:
         try:
@@ -67,12 +59,6 @@ class AckProbe:
                 return False
             self._acked.add(digest)
             return True
-
-    def extend(self, queue: str, message: QueueMessage, *, lease: float) -> QueueMessage:
-        return self._inner.extend(queue, message, lease=lease)
-
-    def depth(self, queue: str) -> int:
-        return self._inner.depth(queue)
 
 
 @dataclass
