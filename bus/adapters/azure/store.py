@@ -25,6 +25,7 @@ from azure.data.tables import TableServiceClient, UpdateMode
 from azure.storage.blob import BlobServiceClient
 from azure.storage.queue import QueueServiceClient
 
+from bus.adapters.azure import transactions
 from bus.storage.errors import Conflict, NotFound, PreconditionFailed, Throttled, TransientError
 from bus.storage.ports import Blob, Entity, EntityValue, QueueMessage, Storage, TableOp
 
@@ -63,25 +64,32 @@ def _translated() -> Iterator[None]:
         raise TransientError(str(exc)) from exc
     except HttpResponseError as exc:
         raise _by_status(exc) from exc
+    except transactions.BatchRejected as exc:
+        raise _status_error(exc.status, "", str(exc), None, exc) from exc
 
 
 def _by_status(exc: HttpResponseError) -> Exception:
-    status = exc.status_code or 0
     code = getattr(exc, "error_code", None)
-    code = str(getattr(code, "value", code) or "")
+    headers = getattr(exc.response, "headers", None) or {}
+    return _status_error(exc.status_code or 0, str(getattr(code, "value", code) or ""),
+                         str(exc), headers.get("Retry-After"), exc)
+
+
+def _status_error(status: int, code: str, text: str, retry_after: str | None,
+                  unmapped: Exception) -> Exception:
+    """The port's error for an HTTP status (and storage error code); ``unmapped`` when
+    the status means a bad request rather than an outcome the protocol reasons about."""
     if status == 412:
-        return PreconditionFailed(str(exc))
+        return PreconditionFailed(text)
     if status == 409:
-        return Conflict(str(exc))
-    if status == 404 or "PopReceiptMismatch" in (code, str(exc)):
-        return NotFound(str(exc))
-    if status == 503 or (status == 500 and "busy" in f"{code} {exc}".lower()):
-        headers = getattr(exc.response, "headers", None) or {}
-        retry_after = headers.get("Retry-After")
-        return Throttled(str(exc), float(retry_after) if retry_after else None)
+        return Conflict(text)
+    if status == 404 or "PopReceiptMismatch" in (code, text):
+        return NotFound(text)
+    if status == 503 or (status == 500 and "busy" in f"{code} {text}".lower()):
+        return Throttled(text, float(retry_after) if retry_after else None)
     if status >= 500 or status == 408:
-        return TransientError(str(exc))
-    return exc
+        return TransientError(text)
+    return unmapped
 
 
 class AzureQueues:
@@ -234,9 +242,12 @@ class AzureTables:
 
     def transact(self, table: str, ops: Sequence[TableOp]) -> list[str]:
         with _translated():
-            results = self._client(table).submit_transaction([_operation(op) for op in ops])
-        return [_etag(result) if op.kind != "delete" else ""
-                for op, result in zip(ops, results, strict=True)]
+            parts = transactions.submit(self._client(table), [_operation(op) for op in ops])
+        failed = [part for part in parts if not 200 <= part.status < 300]
+        if failed or len(parts) != len(ops):
+            raise _part_error(failed[0] if failed else None, len(parts), len(ops))
+        return [part.headers.get("etag", "") if op.kind != "delete" else ""
+                for op, part in zip(ops, parts, strict=True)]
 
     def query(self, table: str, partition_key: str | None = None,
               row_key: str | None = None) -> list[Entity]:
@@ -268,6 +279,18 @@ def _operation(op: TableOp) -> tuple[Any, ...]:
     if op.etag is None:
         return ("upsert", row, {"mode": UpdateMode.REPLACE})
     return ("update", row, {"mode": UpdateMode.REPLACE, **conditions})
+
+
+def _part_error(part: transactions.PartResponse | None, answers: int,
+                operations: int) -> Exception:
+    """The port's error for a transaction the service refused (none of it was applied)."""
+    if part is None:
+        return TransientError(f"a transaction of {operations} operations got {answers} "
+                              "answers")
+    code, message = transactions.error_of(part)
+    text = f"HTTP {part.status} {code}: {message}"
+    return _status_error(part.status, code, text, part.headers.get("retry-after"),
+                         ValueError(f"the service refused a transaction: {text}"))
 
 
 def _row(entity: Entity) -> dict[str, Any]:

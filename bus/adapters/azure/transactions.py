@@ -1,0 +1,176 @@
+"""Entity-group transactions, encoded without the ``email`` package.
+
+A transaction is one ``POST $batch`` whose body is a ``multipart/mixed`` document (the OData
+batch format: a batch holding one changeset holding one ``application/http`` part per
+operation). azure-data-tables writes that body and reads the response with the standard
+library's ``email`` package, which parses every header through its header registry: on the
+bench machine that is 5.5 of the 9.4 ms of Python CPU a two-operation transaction costs
+(cProfile), three times a point read, and the protocol commits one per message.
+
+This module writes the same body with string formatting and reads the response by splitting
+on its boundaries. Everything else stays the SDK's: ``TableBatchOperations`` builds each
+operation's request (entity serialization with its EDM types, keys quoted in the URL,
+``If-Match``), and the table client's own pipeline signs and sends the batch. The pieces of
+the SDK used here are private, so ``azure-data-tables`` is pinned and
+``tests/integration/test_storage_contract_azurite.py`` checks this encoding against the
+SDK's own, request and response, on every run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from email.utils import formatdate
+from typing import Any
+
+from azure.core.rest import HttpRequest
+from azure.data.tables import TableClient
+from azure.data.tables._table_batch import TableBatchOperations
+
+_CRLF = "\r\n"
+_STATUS_LINE = re.compile(rb"^HTTP/\d\.\d (\d{3})[^\r\n]*\r\n", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class PartResponse:
+    """One operation's answer inside a batch response."""
+
+    status: int
+    headers: dict[str, str]  # names in lower case
+    body: bytes
+
+
+class BatchRejected(Exception):
+    """The service refused the batch as a whole (not one of its operations)."""
+
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(f"HTTP {status}: {text[:500]}")
+        self.status = status
+
+
+def submit(client: TableClient, operations: Sequence[tuple[Any, ...]]) -> list[PartResponse]:
+    """Send ``operations`` (the SDK's ``submit_transaction`` tuples) as one transaction.
+
+    Returns one response per operation when every operation succeeded; when one failed the
+    service applies none and answers with that operation's error alone, returned as the only
+    element (the caller looks at its status). Raises BatchRejected for an answer that is not
+    a batch response, and the SDK's transport errors as the SDK would.
+    """
+    # Private attributes of the pinned SDK (see the module docstring).
+    builder = TableBatchOperations(
+        config=client._client._config,
+        endpoint=f"{client.scheme}://{client._primary_hostname}",
+        table_name=client.table_name,
+        is_cosmos_endpoint=client._cosmos_endpoint,
+    )
+    for operation in operations:
+        builder.add_operation(operation)
+    batch, changeset = f"batch_{uuid.uuid4()}", f"changeset_{uuid.uuid4()}"
+    request = HttpRequest(
+        "POST", f"{client.scheme}://{client._primary_hostname}/$batch",
+        headers={
+            "x-ms-version": client.api_version,
+            "DataServiceVersion": "3.0",
+            "MaxDataServiceVersion": "3.0;NetFx",
+            "Content-Type": f"multipart/mixed; boundary={batch}",
+            "Accept": "application/json",
+        },
+        content=encode(builder.requests, batch=batch, changeset=changeset),
+    )
+    # stream=True as the SDK does: the pipeline's content decoder knows no multipart.
+    response = client._client.send_request(request, stream=True)
+    body = response.read()
+    if response.status_code != 202:
+        raise BatchRejected(response.status_code, body.decode("utf-8", "replace"))
+    return decode(response.headers.get("Content-Type", ""), body)
+
+
+def encode(requests: Sequence[HttpRequest], *, batch: str, changeset: str,
+           date: str | None = None) -> bytes:
+    """The ``multipart/mixed`` body of a batch holding one changeset of ``requests``."""
+    date = date or formatdate(usegmt=True)
+    parts = [_part(index, request, date) for index, request in enumerate(requests)]
+    changeset_body = "".join(f"--{changeset}{_CRLF}{part}{_CRLF}" for part in parts)
+    text = (f"--{batch}{_CRLF}"
+            f"Content-Type: multipart/mixed; boundary={changeset}{_CRLF}{_CRLF}"
+            f"{changeset_body}--{changeset}--{_CRLF}{_CRLF}"
+            f"--{batch}--{_CRLF}")
+    return text.encode("utf-8")
+
+
+def _part(index: int, request: HttpRequest, date: str) -> str:
+    body = request.content
+    text = body.decode("utf-8") if isinstance(body, bytes) else (body or "")
+    headers = {**request.headers, "x-ms-date": date, "Date": date}
+    head = "".join(f"{name}: {value}{_CRLF}" for name, value in headers.items())
+    return (f"Content-Type: application/http{_CRLF}"
+            f"Content-Transfer-Encoding: binary{_CRLF}"
+            f"Content-ID: {index}{_CRLF}{_CRLF}"
+            f"{request.method} {request.url} HTTP/1.1{_CRLF}{head}{_CRLF}{text}")
+
+
+def decode(content_type: str, body: bytes) -> list[PartResponse]:
+    """The operation responses of a batch response (``multipart/mixed``, nested once)."""
+    responses: list[PartResponse] = []
+    for part in _split(body, _boundary(content_type)):
+        head, _, inner = part.partition(b"\r\n\r\n")
+        headers = _headers(head)
+        if headers.get("content-type", "").startswith("multipart/mixed"):
+            responses.extend(_operation(p) for p in _split(inner, _boundary(
+                headers["content-type"])))
+        else:
+            responses.append(_operation(inner))
+    return responses
+
+
+def _boundary(content_type: str) -> bytes:
+    for parameter in content_type.split(";")[1:]:
+        name, _, value = parameter.strip().partition("=")
+        if name.lower() == "boundary":
+            return value.strip('"').encode("ascii")
+    raise BatchRejected(202, f"no boundary in the batch response's content type {content_type!r}")
+
+
+def _split(body: bytes, boundary: bytes) -> list[bytes]:
+    """The parts between ``--boundary`` lines, up to the closing ``--boundary--``."""
+    delimiter = b"--" + boundary
+    pieces = body.split(delimiter)
+    parts: list[bytes] = []
+    for piece in pieces[1:]:
+        if piece.startswith(b"--"):
+            break  # the closing delimiter
+        parts.append(piece.removeprefix(b"\r\n").removesuffix(b"\r\n"))
+    return parts
+
+
+def _operation(part: bytes) -> PartResponse:
+    """An ``application/http`` part: MIME headers, then the response from its status line
+    (found by its shape: Azurite puts a stray line before it when it refuses a batch)."""
+    found = _STATUS_LINE.search(part)
+    if found is None:
+        raise BatchRejected(202, f"unreadable part in a batch response: {part[:200]!r}")
+    rest = part[found.end():]
+    head, _, body = (b"", b"", rest[2:]) if rest.startswith(b"\r\n") else rest.partition(
+        b"\r\n\r\n")
+    return PartResponse(int(found.group(1)), _headers(head), body.strip())
+
+
+def _headers(block: bytes) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for line in block.decode("utf-8", "replace").split("\r\n"):
+        name, colon, value = line.partition(":")
+        if colon:
+            headers[name.strip().lower()] = value.strip()
+    return headers
+
+
+def error_of(part: PartResponse) -> tuple[str, str]:
+    """(error code, message) of a failed operation's JSON body, as far as it says."""
+    try:
+        error = json.loads(part.body)["odata.error"]
+        return str(error.get("code", "")), str(error.get("message", {}).get("value", ""))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return "", part.body.decode("utf-8", "replace")
