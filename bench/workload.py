@@ -54,6 +54,11 @@ def partition_key(seq: int, partitions: int) -> str:
     return f"p{seq % partitions}"
 
 
+def counter_row(message: object) -> tuple[str]:
+    """The rows a counting handler reads (``handles(reads=)``: fetched with the claim)."""
+    return (COUNT_ROW,)
+
+
 def count_effect(ctx: Context) -> None:
     row = ctx.state.get(COUNT_ROW)
     seen = row["n"] if row else 0
@@ -69,14 +74,14 @@ def hop_endpoints(observe: Observer | None = None) -> list[Endpoint]:
     """
     a, b = Endpoint(HOP_FROM), Endpoint(HOP_TO)
 
-    @a.handles(Ping, partition=lambda m: m.key)
+    @a.handles(Ping, partition=lambda m: m.key, reads=counter_row)
     def ping(message: Ping, ctx: Context) -> None:
         if observe is not None:
             observe(message)
         count_effect(ctx)
         ctx.send(Pong(seq=message.seq, key=message.key))
 
-    @b.handles(Pong, partition=lambda m: m.key)
+    @b.handles(Pong, partition=lambda m: m.key, reads=counter_row)
     def pong(message: Pong, ctx: Context) -> None:
         count_effect(ctx)
 
@@ -87,7 +92,7 @@ def fanout_endpoints() -> list[Endpoint]:
     """Three endpoints subscribed to Pinged, each counting it in its own state table."""
     endpoints = [Endpoint(name) for name in SUBSCRIBERS]
     for endpoint in endpoints:
-        endpoint.handles(Pinged, partition=lambda m: m.key)(
+        endpoint.handles(Pinged, partition=lambda m: m.key, reads=counter_row)(
             lambda message, ctx: count_effect(ctx))
     return endpoints
 

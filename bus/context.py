@@ -44,11 +44,14 @@ class PartitionState:
     handler returns and are then committed atomically with the outbox record.
     """
 
-    def __init__(self, tables: Tables, table: str, partition: str) -> None:
+    def __init__(self, tables: Tables, table: str, partition: str,
+                 known: Mapping[str, Mapping[str, EntityValue] | None] | None = None) -> None:
         self._tables = tables
         self._table = table
         self.partition = partition
-        self._read: dict[str, Row | None] = {}
+        # ``known``: rows already read with the claim (``Endpoint.handles(reads=)``).
+        self._read: dict[str, Row | None] = {
+            key: dict(row) if row is not None else None for key, row in (known or {}).items()}
         self._written: dict[str, Row | None] = {}
 
     def get(self, key: str) -> Row | None:

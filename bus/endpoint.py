@@ -8,7 +8,11 @@
         ctx.publish(OrderPlaced(order_id=message.order_id))
 
 ``partition`` maps a message to the state partition its handler reads and writes; the handler's
-state changes and outgoing messages commit atomically within that partition.
+state changes and outgoing messages commit atomically within that partition. ``reads``
+(optional) names the state rows the handler reads: the receiver fetches them in the same
+request as the partition's outbox slot, instead of one request per ``ctx.state.get``.
+
+    @orders.handles(PayOrder, partition=lambda m: m.order_id, reads=lambda m: ["order"])
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ class Route:
     handler: Callable[[Any, Context], None]
     partition: Callable[[Any], str]
     retry: RetryPolicy = DEFAULT_RETRY
+    reads: Callable[[Any], Sequence[str]] | None = None
 
 
 class Endpoint:
@@ -61,7 +66,15 @@ class Endpoint:
     def handles(self, contract: type[M], *,
                 partition: Callable[[M], str] | None = None,
                 retry: RetryPolicy | None = None,
+                reads: Callable[[M], Sequence[str]] | None = None,
                 ) -> Callable[[HandlerFn[M]], HandlerFn[M]]:
+        """Register the handler of ``contract``.
+
+        ``partition``: the message's state partition key. ``retry``: this message type's
+        retry policy. ``reads``: the state keys the handler will read (a hint: rows it
+        reads without naming them are fetched when read; rows named but not read cost
+        nothing extra). Up to 13 are fetched with the claim in one request.
+        """
         if not (isinstance(contract, type) and issubclass(contract, (Command, Event))):
             raise ConfigurationError(
                 f"{self.name}: handles() takes a Command or Event subclass, got {contract!r}")
@@ -69,6 +82,10 @@ class Endpoint:
             raise ConfigurationError(
                 f"{self.name}: the handler for {contract.message_type} needs partition=, a "
                 "function from the message to its state partition key")
+        if reads is not None and not callable(reads):
+            raise ConfigurationError(
+                f"{self.name}: reads= for {contract.message_type} must be a function from "
+                f"the message to the state keys its handler reads, got {reads!r}")
         if contract.message_type in self.routes:
             raise ConfigurationError(
                 f"{self.name}: {contract.message_type} already has a handler")
@@ -76,7 +93,7 @@ class Endpoint:
         def register(handler: HandlerFn[M]) -> HandlerFn[M]:
             assert partition is not None
             self.routes[contract.message_type] = Route(contract, handler, partition,
-                                                       retry or self.retry)
+                                                       retry or self.retry, reads)
             return handler
 
         return register

@@ -11,16 +11,25 @@ the partition's next commit replaces it (see ``dispatch``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from bus.protocol.records import OutboxRecord
-from bus.storage import Conflict, Entity, NotFound, PreconditionFailed, TableOp, Tables
+from bus.storage import (
+    Conflict,
+    Entity,
+    EntityValue,
+    NotFound,
+    PreconditionFailed,
+    TableOp,
+    Tables,
+)
 
 SLOT_ROW = "~bus.outbox"
 RESERVED_PREFIX = "~"
 _CHUNK = 30_000  # characters per string property (the limit is 64 KiB of UTF-16)
 _MAX_CHUNKS = 30  # an entity holds at most 1 MiB
+READS_PER_CLAIM = 13  # state rows fetched with the slot: one query holds 14 keys (adapter)
 
 
 class ClaimLost(Exception):
@@ -36,6 +45,9 @@ class Slot:
     partition: str
     record: OutboxRecord | None
     etag: str | None  # None: the row does not exist yet
+    rows: Mapping[str, Mapping[str, EntityValue] | None] = field(default_factory=dict)
+    """State rows read with the slot, in the same request (None: the row does not exist).
+    One query of one partition reads one snapshot, so they are the rows as of ``etag``."""
 
 
 class Outbox:
@@ -43,12 +55,22 @@ class Outbox:
         self._tables = tables
         self._table = table
 
-    def load(self, partition: str) -> Slot:
-        try:
-            row = self._tables.get(self._table, partition, SLOT_ROW)
-        except NotFound:
-            return Slot(partition, None, None)
-        return Slot(partition, _decode(row), row.etag)
+    def load(self, partition: str, reads: Sequence[str] = ()) -> Slot:
+        """The partition's slot, and the state rows ``reads`` names (the first
+        READS_PER_CLAIM of them) fetched in the same request."""
+        if not reads:
+            try:
+                row = self._tables.get(self._table, partition, SLOT_ROW)
+            except NotFound:
+                return Slot(partition, None, None)
+            return Slot(partition, _decode(row), row.etag)
+        keys = list(dict.fromkeys(reads))[:READS_PER_CLAIM]
+        found = self._tables.get_many(self._table, partition, [SLOT_ROW, *keys])
+        rows = {key: dict(found[key].properties) if key in found else None for key in keys}
+        slot = found.get(SLOT_ROW)
+        if slot is None:
+            return Slot(partition, None, None, rows)
+        return Slot(partition, _decode(slot), slot.etag, rows)
 
     def pending(self) -> list[Slot]:
         """Every slot of the table that holds a record, finished or not (a table scan:

@@ -40,7 +40,7 @@ from bus.middleware import HandleNext, Middleware, handling_chain
 from bus.protocol.courier import due_in
 from bus.protocol.dispatch import Dispatcher
 from bus.protocol.inbox import Inbox, Token, TokenState, finished
-from bus.protocol.outbox import ClaimLost, Outbox, Slot
+from bus.protocol.outbox import RESERVED_PREFIX, ClaimLost, Outbox, Slot
 from bus.protocol.payloads import Payloads
 from bus.protocol.poison import PoisonQueue
 from bus.protocol.records import OutboxRecord, Release
@@ -83,6 +83,7 @@ class _Decoded:
     route: Route
     message: Message
     partition: str
+    reads: tuple[str, ...] = ()  # state rows to fetch with the claim (Route.reads)
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,25 @@ class Incoming:
 class Delivery:
     outcome: Outcome
     handoff: Handoff | None = None
+
+
+def _reads(route: Route, message: Message) -> tuple[str, ...]:
+    """The state keys the route's ``reads`` names for ``message`` (checked like state keys)."""
+    if route.reads is None:
+        return ()
+    try:
+        keys = tuple(route.reads(message))
+    except Exception as exc:
+        raise BadSignal(f"the reads function raised {exc!r}") from exc
+    for key in keys:
+        if not isinstance(key, str) or key.startswith(RESERVED_PREFIX):
+            raise BadSignal(f"the reads function named {key!r}: state keys are strings not "
+                            f"starting with {RESERVED_PREFIX!r}")
+        try:
+            check_key("state key", key)
+        except StateError as exc:
+            raise BadSignal(str(exc)) from exc
+    return keys
 
 
 def _no_ack() -> None:
@@ -254,7 +274,8 @@ class Receiver:
                     later.append(index)  # one claim per partition and batch
                 else:
                     partitions.add(step.partition)
-                    claims.append((index, step, self._outbox.load(step.partition)))
+                    claims.append((index, step, self._outbox.load(step.partition,
+                                                                  step.reads)))
             except Exception as exc:
                 results[index] = exc
         return claims
@@ -362,13 +383,13 @@ class Receiver:
             raise BadSignal(str(exc)) from exc
         except Exception as exc:
             raise BadSignal(f"the partition function raised {exc!r}") from exc
-        return _Decoded(envelope, route, message, partition)
+        return _Decoded(envelope, route, message, partition, _reads(route, message))
 
     # -- steps 3-7 ------------------------------------------------------------------------
     def _claim(self, d: _Decoded, body: str, dequeue_count: int,
                ack: Callable[[], None], inline_max: int | None) -> Delivery:
         for _ in range(_MAX_CLAIM_ROUNDS):
-            slot = self._outbox.load(d.partition)
+            slot = self._outbox.load(d.partition, d.reads)
             try:
                 tokens = self._tokens(d, slot)
                 if self._unfinished(slot, tokens):
@@ -431,7 +452,7 @@ class Receiver:
                         ack: Callable[[], None], *, token: Token | None) -> Slot | None:
         generation = token.generation if token is not None else 0
         try:
-            operations, ctx = self._run(d, dequeue_count, generation)
+            operations, ctx = self._run(d, slot, dequeue_count, generation)
             record = OutboxRecord(
                 endpoint=self.endpoint, message_id=d.envelope.message_id,
                 attempt_id=d.envelope.attempt_id, payload_ref=d.envelope.payload_ref,
@@ -451,7 +472,7 @@ class Receiver:
             self._poison_failed(body, d.envelope, exc, dequeue_count, ack)
             return None
 
-    def _run(self, d: _Decoded, dequeue_count: int,
+    def _run(self, d: _Decoded, slot: Slot, dequeue_count: int,
              generation: int) -> tuple[list[TableOp], Context]:
         """Step 5 with the route's immediate retries: every attempt starts from fresh reads
         and an empty outbox, so a failed attempt leaves nothing behind."""
@@ -462,17 +483,19 @@ class Receiver:
             retry=retry_if_not_exception_type((StorageError, ClaimLost, RetryAfter, Reject)),
             sleep=self._sleep, reraise=True)
         handle = self._chains[d.envelope.message_type]
-        ctx = self._context(d, dequeue_count, generation)
+        ctx = self._context(d, slot, dequeue_count, generation)
         for attempt in retrying:
             with attempt:
                 if self._safeguards.fresh_retry_state:  # off: the "dirty-retry" break
-                    ctx = self._context(d, dequeue_count, generation)
+                    ctx = self._context(d, slot, dequeue_count, generation)
                 handle(d.message, ctx)
                 operations = ctx.state.operations()
         return operations, ctx
 
-    def _context(self, d: _Decoded, dequeue_count: int, generation: int) -> Context:
-        state = PartitionState(self._tables, self._state_table, d.partition)
+    def _context(self, d: _Decoded, slot: Slot, dequeue_count: int,
+                 generation: int) -> Context:
+        # The rows read with the claim are as of the slot's ETag, which the commit checks.
+        state = PartitionState(self._tables, self._state_table, d.partition, slot.rows)
         return Context(self.endpoint, d.envelope, dequeue_count, state, self._addressing, [],
                        _sending=self._middleware, deferrals=generation)
 

@@ -47,7 +47,7 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
     knobs = Knobs(partitions=rng.randint(1, 3), handler_failure=profile.handler_failure,
                   immediate=rng.randint(1, 3), retry_after=profile.handler_failure / 2,
                   scheduled=rng.choice((0.0, 0.3, 1.0)), bounded=rng.choice((None, 1, 2)),
-                  defer=rng.choice((0.0, 0.5, 1.0)))
+                  defer=rng.choice((0.0, 0.5, 1.0)), declared_reads=rng.random() < 0.5)
     bus = Bus(storage, build(knobs, world.rng.random, world.new_id), prefix="sim",
               settings=SETTINGS, clock=world.now, new_id=world.new_id, sleep=world.sleep,
               safeguards=safeguards, random=world.rng.random)

@@ -51,6 +51,7 @@ class Knobs:
     scheduled: float = 0.0  # chance that Finish is sent with a delay (scheduled delivery)
     bounded: int | None = None  # max queue depth of b and e (back-pressure), None: unbounded
     defer: float = 0.0  # chance that c defers a Happened (released by e, or by a releaser)
+    declared_reads: bool = False  # handlers declare the counter row (read with the claim)
 
 
 def build(knobs: Knobs, roll: Callable[[], float], new_id: Callable[[], str]) -> list[Endpoint]:
@@ -61,6 +62,8 @@ def build(knobs: Knobs, roll: Callable[[], float], new_id: Callable[[], str]) ->
 
     def partition(message: Start | Step | Happened | Finish) -> str:
         return f"p{message.root % knobs.partitions}"
+
+    reads = (lambda message: ["counter"]) if knobs.declared_reads else None
 
     def effect(ctx: Context, message: Message, root: int) -> None:
         if roll() < knobs.handler_failure:
@@ -78,19 +81,19 @@ def build(knobs: Knobs, roll: Callable[[], float], new_id: Callable[[], str]) ->
         if roll() < knobs.handler_failure:  # after writing: an attempt must leave nothing
             raise RuntimeError("injected handler failure after its writes")
 
-    @endpoints["a"].handles(Start, partition=partition)
+    @endpoints["a"].handles(Start, partition=partition, reads=reads)
     def on_start(message: Start, ctx: Context) -> None:
         effect(ctx, message, message.root)
         ctx.send(Step(root=message.root, pad=message.pad))
         if roll() < knobs.handler_failure:  # after sending: the send must not happen either
             raise RuntimeError("injected handler failure after its send")
 
-    @endpoints["b"].handles(Step, partition=partition)
+    @endpoints["b"].handles(Step, partition=partition, reads=reads)
     def on_step(message: Step, ctx: Context) -> None:
         effect(ctx, message, message.root)
         ctx.publish(Happened(root=message.root))
 
-    @endpoints["c"].handles(Happened, partition=partition)
+    @endpoints["c"].handles(Happened, partition=partition, reads=reads)
     def on_happened_c(message: Happened, ctx: Context) -> None:
         if ctx.deferrals == 0 and roll() < knobs.defer:
             # Deferral commits with state: a unique row, so a deferral applied twice shows.
@@ -99,7 +102,7 @@ def build(knobs: Knobs, roll: Callable[[], float], new_id: Callable[[], str]) ->
             return
         effect(ctx, message, message.root)
 
-    @endpoints["d"].handles(Happened, partition=partition)
+    @endpoints["d"].handles(Happened, partition=partition, reads=reads)
     def on_happened_d(message: Happened, ctx: Context) -> None:
         effect(ctx, message, message.root)
         # Scheduled delivery. (Delays beyond the queue's 7 days are tested with a fake clock in
@@ -107,7 +110,7 @@ def build(knobs: Knobs, roll: Callable[[], float], new_id: Callable[[], str]) ->
         delay = roll() * 3.0 if roll() < knobs.scheduled else 0.0
         ctx.send(Finish(root=message.root), delay=delay, headers={"happened": ctx.message_id})
 
-    @endpoints["e"].handles(Finish, partition=partition)
+    @endpoints["e"].handles(Finish, partition=partition, reads=reads)
     def on_finish(message: Finish, ctx: Context) -> None:
         effect(ctx, message, message.root)
         if knobs.defer:  # c's copy of the event may be deferred (or not yet, or never)
