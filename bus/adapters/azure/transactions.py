@@ -12,7 +12,7 @@ on its boundaries. Everything else stays the SDK's: ``TableBatchOperations`` bui
 operation's request (entity serialization with its EDM types, keys quoted in the URL,
 ``If-Match``), and the table client's own pipeline signs and sends the batch. The pieces of
 the SDK used here are private, so ``azure-data-tables`` is pinned and
-``tests/integration/test_storage_contract_azurite.py`` checks this encoding against the
+``tests/integration/test_transactions_azurite.py`` checks this encoding against the
 SDK's own, request and response, on every run.
 """
 
