@@ -321,6 +321,10 @@ class Bus:
     def _state_table_of(self, endpoint: str) -> str:
         return self.names.state_table(self.topology.endpoint(endpoint).name)
 
+    def _outbox_of(self, endpoint: str) -> Outbox:
+        # Any endpoint under this prefix, also one another app defines (a token's origin).
+        return Outbox(self.storage.tables, self.names.state_table(endpoint))
+
     def poison_queue(self, endpoint: str) -> PoisonQueue:
         return PoisonQueue(self.storage.queues, self.names.poison_queue(endpoint), endpoint)
 
@@ -330,4 +334,7 @@ class Bus:
                        clock=self.clock, ghost_horizon=self.settings.ghost_horizon_seconds,
                        orphan_age=self.settings.orphan_age_seconds,
                        resend=self.courier.resend,
-                       release_resend=self.settings.release_resend_seconds)
+                       release_resend=self.settings.release_resend_seconds,
+                       outbox_for=self._outbox_of,
+                       pending_age=self.settings.pending_age_seconds,
+                       fence_origin=self.safeguards.fence_origin)

@@ -18,6 +18,11 @@ class Settings(BaseModel):
     """How long a delayed storage request may still take effect; fences are kept this long."""
     orphan_age_seconds: float = Field(7 * 24 * 3600.0, gt=0)
     """Age at which a live token that nobody processed is reported and removed."""
+    pending_age_seconds: float = Field(300.0, gt=0)
+    """A pending outgoing token this old is checked against its origin's outbox slot by the
+    sweeper, and removed if no committed record lists it (a handler run that never committed).
+    Safety does not depend on it (the sweeper fences the slot first); it only keeps the
+    sweeper away from records still being committed."""
     release_resend_seconds: float = Field(300.0, gt=0)
     """A released deferral still unprocessed after this long gets its signal sent again by the
     sweeper (the release may have stopped between its two steps)."""

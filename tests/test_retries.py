@@ -108,3 +108,25 @@ def test_policies_are_checked() -> None:
         RetryAfter(-1)
     assert RetryPolicy(delays=(1, 5, 30)).delay_after(2) == 5
     assert RetryPolicy(delays=(1, 5, 30)).delay_after(9) == 30
+
+
+def test_a_keyboard_interrupt_in_a_handler_stops_the_worker_without_a_retry() -> None:
+    """Immediate retries are for the handler's failures (Exception): a KeyboardInterrupt or
+    SystemExit must reach the worker's caller at once, and the message stays unprocessed."""
+    from bus.testing import InMemoryStorage
+
+    calls: list[int] = []
+    desk = Endpoint("desk", retry=RetryPolicy(immediate=3, backoff_initial=0.0))
+
+    @desk.handles(Cancel, partition=lambda m: m.ref)
+    def cancel(message: Cancel, ctx: Context) -> None:
+        calls.append(1)
+        raise KeyboardInterrupt
+
+    bus = Bus(InMemoryStorage(), [desk], prefix="t")
+    bus.provision()
+    bus.send(Cancel(ref="r"))
+    with pytest.raises(KeyboardInterrupt):
+        Worker(bus, "desk", retry_delay=0).poll_once()
+    assert calls == [1]
+    assert bus.storage.queues.depth(bus.names.queue("desk")) == 1

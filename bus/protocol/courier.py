@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from bus.envelope import Envelope, encode_signal, fits_signal
 from bus.naming import Names
 from bus.protocol.backpressure import Room
-from bus.protocol.inbox import Inbox
+from bus.protocol.inbox import Inbox, Origin
 from bus.protocol.payloads import Payloads
 from bus.storage import Queues
 
@@ -44,23 +44,31 @@ class Courier:
                 self.payloads.put(self.payloads.ref(envelope.destination, envelope.attempt_id),
                                   envelope.inline_payload())
 
-    def place_many(self, envelopes: Sequence[Envelope]) -> None:
+    def place_many(self, envelopes: Sequence[Envelope],
+                   origins: Sequence[Origin] | None = None) -> list[str]:
         """``place`` for copies with fresh attempt ids: the tokens in one request per
-        destination, then the claim-check blobs. Any error leaves the outcome unknown: these
-        attempt ids must not be used again (see ``Inbox.create_many``)."""
-        by_destination: dict[str, list[tuple[str, str]]] = {}
-        for envelope in envelopes:
-            by_destination.setdefault(envelope.destination, []).append(
-                (envelope.attempt_id, envelope.message_id))
+        destination (pending, when each copy's ``origins`` is given), then the claim-check
+        blobs; returns the tokens' ETags in copy order. Any error leaves the outcome unknown:
+        these attempt ids must not be used again (see ``Inbox.create_many``)."""
+        by_destination: dict[str, list[int]] = {}
+        for index, envelope in enumerate(envelopes):
+            by_destination.setdefault(envelope.destination, []).append(index)
         now = self._clock()
+        etags = [""] * len(envelopes)
         with self._in_flight:
-            for destination, tokens in by_destination.items():
-                self.inbox.create_many(destination, tokens, now)
+            for destination, indexes in by_destination.items():
+                created = self.inbox.create_many(
+                    destination,
+                    [(envelopes[i].attempt_id, envelopes[i].message_id) for i in indexes], now,
+                    [origins[i] for i in indexes] if origins is not None else None)
+                for index, etag in zip(indexes, created, strict=True):
+                    etags[index] = etag
             for envelope in envelopes:
                 if not fits_signal(envelope):
                     self.payloads.put(
                         self.payloads.ref(envelope.destination, envelope.attempt_id),
                         envelope.inline_payload())
+        return etags
 
     def check_room(self, destination: str) -> None:
         """Raise QueueFull when ``destination``'s queue is at its maximum depth."""

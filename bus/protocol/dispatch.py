@@ -5,10 +5,19 @@
 2. create an inbox token (and claim-check payload) for every outgoing copy;
 3. persist phase SENDING (compare-and-swap): from here on tokens are never created again;
 4. send the signals (repeating them is harmless: tokens deduplicate);
-5. fence the attempt ids that were superseded in step 1;
+5. fence the attempt ids that were superseded in step 1; confirm the outgoing tokens created
+   pending (see below);
 6. release the deferred messages the handler asked for (``deferral``), then consume (delete)
    the incoming message's token and its claim-check payload - or, when the handler deferred
    the message, set the token aside and keep the payload.
+
+Usually steps 2 and 3 happen *before* the commit instead (``place_ahead``): the worker that ran
+the handler creates the outgoing tokens in state pending, naming the record's slot as their
+origin, and commits the record directly in phase SENDING with their ETags - one table write
+per message fewer. A pending token is processable (its signal exists only after the commit);
+the handler run that created it may also never commit (a crash, a lost claim), which leaves an
+orphan the sweeper collects. Step 5's confirmation (pending -> live, by ETag) happens before
+the record is finished, so a pending token whose origin slot has moved on is an orphan.
 
 The finished record stays in the slot: "its incoming token is gone" (or set aside, for a
 record that deferred its message: ``inbox.finished``) is what finished means (step 6 is the
@@ -22,14 +31,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from bus.envelope import Envelope
 from bus.ids import IdFactory
 from bus.protocol.backpressure import QueueFull
 from bus.protocol.courier import Courier
 from bus.protocol.deferral import release, set_aside
-from bus.protocol.inbox import finished
+from bus.protocol.inbox import Origin, finished
 from bus.protocol.outbox import Outbox, Slot
 from bus.protocol.records import OutboxRecord, Phase
 from bus.protocol.safeguards import Safeguards
+from bus.storage import StorageError
 
 
 class Dispatcher:
@@ -60,22 +71,32 @@ class Dispatcher:
         redelivery completes the record as a helper does, with fresh attempt ids).
         """
         results: list[Exception | None] = [None] * len(slots)
+        placing = [i for i, s in enumerate(slots) if _unplaced(s.record)]
         try:
-            self._courier.place_many([e for s in slots if s.record for e in s.record.outgoing])
+            self._courier.place_many([e for i in placing for e in _outgoing(slots[i].record)])
         except Exception as exc:  # unknown outcome: these attempt ids are burnt
-            return [exc] * len(slots)
+            for index in placing:
+                results[index] = exc
         finishing: list[tuple[int, OutboxRecord]] = []
         for index, slot in enumerate(slots):
+            if results[index] is not None:
+                continue
             try:
                 record = slot.record
-                assert record is not None and record.phase is Phase.COMMITTED
-                if record.outgoing:
+                assert record is not None
+                if _unplaced(record):
                     record = record.sending()
                     self._outbox.update(slot, record)
                 self.signal(record)
                 finishing.append((index, record))
             except Exception as exc:
                 results[index] = exc
+        try:
+            self.confirm([record for _, record in finishing])
+        except Exception as exc:
+            for index, _ in finishing:
+                results[index] = exc
+            return results
         finishing = self._settle_individually(finishing, results)
         if not finishing:
             return results
@@ -111,6 +132,49 @@ class Dispatcher:
                 results[index] = exc
         return consume
 
+    def place_ahead(self, records: Sequence[tuple[str, OutboxRecord]]) -> list[OutboxRecord]:
+        """Steps 2-3 before the commit, for ``(partition, record)`` pairs a worker is about
+        to commit: every outgoing token created pending (one request per destination for them
+        all) and each record in phase SENDING with its tokens' ETags, ready to commit.
+
+        Raises on an unknown outcome: the handler runs again on redelivery, with fresh ids,
+        and whatever these requests created is left to the sweeper.
+        """
+        envelopes = [e for _, record in records for e in record.outgoing]
+        origins = [Origin(record.endpoint, partition, record.attempt_id)
+                   for partition, record in records for _ in record.outgoing]
+        etags = self._courier.place_many(envelopes, origins)
+        placed: list[OutboxRecord] = []
+        for _, record in records:
+            count = len(record.outgoing)
+            placed.append(record.placed(tuple(etags[:count])))
+            etags = etags[count:]
+        return placed
+
+    def withdraw(self, record: OutboxRecord) -> None:
+        """Delete the pending tokens of a record whose commit lost its claim (best effort:
+        the sweeper collects what this leaves)."""
+        for envelope, etag in zip(record.outgoing, record.pending, strict=False):
+            try:
+                self._courier.inbox.withdraw(envelope.destination, envelope.attempt_id, etag)
+                self._courier.payloads.delete(
+                    self._courier.payloads.ref(envelope.destination, envelope.attempt_id))
+            except StorageError:
+                return
+
+    def confirm(self, records: Sequence[OutboxRecord]) -> None:
+        """Step 5's confirmation: the records' pending outgoing tokens made live, one request
+        per destination. Idempotent: a token that changed since is left alone."""
+        if not self._safeguards.confirm_pending:
+            return  # the "skip-confirm" break
+        by_destination: dict[str, list[tuple[str, str, str]]] = {}
+        for record in records:
+            for envelope, etag in zip(record.outgoing, record.pending, strict=False):
+                by_destination.setdefault(envelope.destination, []).append(
+                    (envelope.attempt_id, envelope.message_id, etag))
+        for destination, tokens in by_destination.items():
+            self._courier.inbox.confirm_many(destination, tokens, self._courier.now())
+
     def prepare(self, slot: Slot, *, committed_by_me: bool) -> Slot:
         """Steps 1-3: make sure every outgoing copy has its token; returns the slot in phase
         SENDING (or unchanged when there is nothing to send)."""
@@ -142,6 +206,7 @@ class Dispatcher:
         record = slot.record
         assert record is not None and (record.phase is Phase.SENDING or not record.outgoing)
         self.fence_superseded(record)
+        self.confirm([record])
         self.release_requested(record)
         if record.deferred_signal is not None:
             set_aside(self._courier, record)  # the payload stays for the release
@@ -175,3 +240,12 @@ class Dispatcher:
             self._courier.place(envelope)
         record = record.sending()
         return self._outbox.update(slot, record), record
+
+
+def _unplaced(record: OutboxRecord | None) -> bool:
+    """A committed record whose outgoing tokens may not exist yet (step 2 is still to do)."""
+    return record is not None and record.phase is Phase.COMMITTED and bool(record.outgoing)
+
+
+def _outgoing(record: OutboxRecord | None) -> tuple[Envelope, ...]:
+    return record.outgoing if record is not None else ()

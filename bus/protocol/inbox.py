@@ -4,9 +4,14 @@ The inbox is inverted (seed 000): it holds the messages that are *not yet* proce
 attempt id, so its size equals the number of messages in flight. A receiver processes a copy only
 while its token is live, and consumes (deletes) the token once the effect is committed.
 
-A token row is one of three things:
+A token row is one of these:
 
 * ``live``     - the message is in flight;
+* ``pending``  - created by a handler's worker *before* its commit (``dispatch``): in flight if
+                 that commit happened (a signal is only ever sent after it), an orphan if it
+                 did not. The row names its origin (endpoint, partition, incoming attempt), and
+                 finishing the origin's record confirms it (pending -> live) before the slot
+                 can move on, which is what lets the sweeper tell orphans apart (``sweeper``);
 * ``fenced``   - a tombstone for an attempt id that was superseded: it will never be signalled,
                  and a delayed ("ghost") create of it now fails with 409 instead of resurrecting it;
 * ``parked``   - the message went to the poison queue; kept for the dead-letter tools;
@@ -48,9 +53,19 @@ _INDEX = "~deferred~"  # row key prefix of the deferral index (attempt ids never
 
 class TokenState(str, enum.Enum):
     LIVE = "live"
+    PENDING = "pending"
     FENCED = "fenced"
     PARKED = "parked"
     DEFERRED = "deferred"
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a pending token came from: the outbox slot of the record that lists it."""
+
+    endpoint: str
+    partition: str
+    attempt_id: str  # the record's incoming attempt id
 
 
 @dataclass(frozen=True)
@@ -63,6 +78,13 @@ class Token:
     etag: str
     generation: int = 0  # releases from deferral so far
     signal: str | None = None  # the signal body, kept while deferred (and after a release)
+    origin: Origin | None = None  # pending tokens only
+
+    @property
+    def processable(self) -> bool:
+        """Whether a copy of the message may be processed (live, or pending: a signal exists
+        only once the record that lists the token is committed)."""
+        return self.state in (TokenState.LIVE, TokenState.PENDING)
 
 
 class Inbox:
@@ -78,18 +100,41 @@ class Inbox:
         with contextlib.suppress(Conflict):
             self._tables.insert(self._table, entity)
 
-    def create_many(self, endpoint: str, tokens: Sequence[tuple[str, str]], now: float) -> None:
-        """Create live tokens ``(attempt id, message id)`` of one endpoint, 100 per request.
+    def create_many(self, endpoint: str, tokens: Sequence[tuple[str, str]], now: float,
+                    origins: Sequence[Origin] | None = None) -> list[str]:
+        """Create tokens ``(attempt id, message id)`` of one endpoint, 100 per request; live,
+        or pending when ``origins`` (one per token) are given. Returns their ETags.
 
         Only for fresh attempt ids nobody else knows yet (a committer's own). Any error leaves
         the outcome unknown: the caller must not use these attempt ids again (it completes its
-        record the way a helper does, with fresh ones).
+        record the way a helper does, with fresh ones; pending ones are the sweeper's).
         """
+        etags: list[str] = []
         for start in range(0, len(tokens), _BATCH):
-            ops = [TableOp("insert", _entity(Token(endpoint, attempt_id, TokenState.LIVE,
-                                                   message_id, now, "")))
-                   for attempt_id, message_id in tokens[start:start + _BATCH]]
-            self._tables.transact(self._table, ops)
+            ops = [TableOp("insert", _entity(Token(
+                endpoint, attempt_id, TokenState.PENDING if origins else TokenState.LIVE,
+                message_id, now, "", origin=origins[start + i] if origins else None)))
+                for i, (attempt_id, message_id) in enumerate(tokens[start:start + _BATCH])]
+            etags.extend(self._tables.transact(self._table, ops))
+        return etags
+
+    def confirm_many(self, endpoint: str, tokens: Sequence[tuple[str, str, str]],
+                     now: float) -> None:
+        """Make pending tokens ``(attempt id, message id, ETag)`` of one endpoint live, 100 per
+        request (one by one when a request fails). A token that changed since (processed,
+        parked, deferred) is left as it is: it is not pending any more, which is all this
+        promises."""
+        for start in range(0, len(tokens), _BATCH):
+            chunk = tokens[start:start + _BATCH]
+            ops = [TableOp("replace", _entity(Token(endpoint, attempt_id, TokenState.LIVE,
+                                                    message_id, now, "")), etag)
+                   for attempt_id, message_id, etag in chunk]
+            try:
+                self._tables.transact(self._table, ops)
+            except (PreconditionFailed, NotFound):
+                for op in ops:
+                    with contextlib.suppress(PreconditionFailed, NotFound):
+                        self._tables.replace(self._table, op.entity, etag=op.etag)
 
     def read(self, endpoint: str, attempt_id: str) -> Token | None:
         try:
@@ -188,6 +233,12 @@ class Inbox:
     def drop_index(self, endpoint: str, message_id: str) -> None:
         self._tables.delete(self._table, endpoint, _INDEX + message_id)
 
+    def withdraw(self, endpoint: str, attempt_id: str, etag: str) -> None:
+        """Delete a token if it is unchanged since ``etag`` (a pending token nobody will
+        commit); gone or changed already is fine."""
+        with contextlib.suppress(PreconditionFailed, NotFound):
+            self._tables.delete(self._table, endpoint, attempt_id, etag=etag)
+
     def delete_if_unchanged(self, token: Token) -> None:
         with contextlib.suppress(PreconditionFailed):
             self._tables.delete(self._table, token.endpoint, token.attempt_id, etag=token.etag)
@@ -203,7 +254,7 @@ def finished(record: OutboxRecord, token: Token | None) -> bool:
         return True
     if record.deferred_signal is None:
         return False
-    return token.state is not TokenState.LIVE or token.generation != record.generation
+    return not token.processable or token.generation != record.generation
 
 
 def _token(row: Entity) -> Token:
@@ -213,10 +264,12 @@ def _token(row: Entity) -> Token:
     chunks = props.get("signal_chunks", 0)
     signal = ("".join(str(props[f"s{i}"]) for i in range(chunks))
               if isinstance(chunks, int) and chunks else None)
+    origin = (Origin(str(props["origin_endpoint"]), str(props["origin_partition"]),
+                     str(props["origin_attempt"])) if "origin_endpoint" in props else None)
     return Token(row.partition_key, row.row_key, TokenState(str(props["state"])),
                  str(props.get("message_id", "")),
                  float(since) if isinstance(since, (int, float)) else 0.0, row.etag,
-                 generation if isinstance(generation, int) else 0, signal)
+                 generation if isinstance(generation, int) else 0, signal, origin)
 
 
 def _entity(token: Token) -> Entity:
@@ -228,4 +281,8 @@ def _entity(token: Token) -> Entity:
         chunks = [token.signal[i:i + _CHUNK] for i in range(0, len(token.signal), _CHUNK)]
         properties["signal_chunks"] = len(chunks)
         properties.update({f"s{i}": chunk for i, chunk in enumerate(chunks)})
+    if token.origin is not None:
+        properties.update({"origin_endpoint": token.origin.endpoint,
+                           "origin_partition": token.origin.partition,
+                           "origin_attempt": token.origin.attempt_id})
     return Entity(token.endpoint, token.attempt_id, properties)

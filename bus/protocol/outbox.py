@@ -89,6 +89,25 @@ class Outbox:
             raise ClaimLost(str(exc)) from exc
         return Slot(slot.partition, record, etags[-1])
 
+    @staticmethod
+    def check_size(record: OutboxRecord) -> None:
+        """Raise RecordTooLarge now for a record no slot can hold (with room for the ETags
+        of its outgoing tokens, added when they are created before the commit)."""
+        _encode("", record.placed(("W/\"datetime'0000-00-00T00%3A00%3A00.0000000Z'\"",)
+                                  * len(record.outgoing)))
+
+    def touch(self, slot: Slot) -> Slot:
+        """Rewrite the slot unchanged, by compare-and-swap (create it, empty, when it does not
+        exist): a commit prepared against the slot as it was fails its own compare-and-swap.
+        Raises ClaimLost when the slot changed since ``slot`` was loaded."""
+        if slot.etag is None:
+            try:
+                etag = self._tables.insert(self._table, _encode(slot.partition, None))
+            except Conflict as exc:
+                raise ClaimLost(str(exc)) from exc
+            return Slot(slot.partition, None, etag)
+        return Slot(slot.partition, slot.record, self._replace(slot, slot.record))
+
     def update(self, slot: Slot, record: OutboxRecord) -> Slot:
         return Slot(slot.partition, record, self._replace(slot, record))
 

@@ -27,9 +27,9 @@ import logging
 import random as _random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from tenacity import RetryCallState, Retrying, retry_if_not_exception_type, stop_after_attempt
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
 from bus.addressing import Addressing
 from bus.context import Context, PartitionState, StateError, check_key
@@ -87,6 +87,16 @@ class _Decoded:
 
 
 @dataclass(frozen=True)
+class _Ready:
+    """A message of a batch whose handler ran: what to commit, at which slot."""
+
+    index: int
+    slot: Slot
+    operations: list[TableOp]
+    record: OutboxRecord
+
+
+@dataclass(frozen=True)
 class Handoff:
     """A committed outbox record left for someone else to dispatch (a Durable orchestration).
 
@@ -133,6 +143,15 @@ def _reads(route: Route, message: Message) -> tuple[str, ...]:
         except StateError as exc:
             raise BadSignal(str(exc)) from exc
     return keys
+
+
+def _retried_at_once(exc: BaseException) -> bool:
+    """Whether a handler attempt that raised ``exc`` gets an immediate retry: a failure of
+    the handler's own (not storage, not a lost claim, not a request to wait or to give up),
+    and never a BaseException - tenacity catches those too, and a KeyboardInterrupt or a
+    SystemExit must stop the worker, not run the handler again."""
+    return isinstance(exc, Exception) and not isinstance(
+        exc, (StorageError, ClaimLost, RetryAfter, Reject))
 
 
 def _no_ack() -> None:
@@ -228,7 +247,7 @@ class Receiver:
                 for attempt in self._token_keys(d, slot)])
         except StorageError:
             tokens, claims, later = {}, [], later + [i for i, _, _ in claims]
-        committed: list[tuple[int, Slot]] = []
+        ready: list[_Ready] = []
         for index, d, slot in claims:
             item = batch[index]
             try:
@@ -241,16 +260,15 @@ class Receiver:
                     item.ack()
                     results[index] = outcome
                     continue
-                done = self._run_and_commit(d, slot, item.body, item.dequeue_count, item.ack,
-                                            token=token)
-                if done is None:
+                prepared = self._run_handler(d, slot, item.body, item.dequeue_count,
+                                             item.ack, token=token)
+                if prepared is None:
                     results[index] = Outcome.POISONED
                 else:
-                    committed.append((index, done))
-            except ClaimLost:
-                later.append(index)
+                    ready.append(_Ready(index, slot, *prepared))
             except Exception as exc:  # HandlerFailed, StorageError: as ``handle`` raises them
                 results[index] = exc
+        committed = self._commit_batch(self._place_batch(ready, results), results, later)
         self._complete_batch(batch, committed, results, later)
         for index in sorted(later):
             item = batch[index]
@@ -279,6 +297,36 @@ class Receiver:
             except Exception as exc:
                 results[index] = exc
         return claims
+
+    def _place_batch(self, ready: list[_Ready],
+                     results: dict[int, Outcome | Exception]) -> list[_Ready]:
+        """Every outgoing token of the batch created pending, one request per destination
+        (``Dispatcher.place_ahead``); on an unknown outcome the messages that send anything
+        are redelivered (their handlers run again, with fresh ids)."""
+        sending = [r for r in ready if r.record.outgoing]
+        if not sending:
+            return ready
+        try:
+            placed = self._dispatcher.place_ahead(
+                [(r.slot.partition, r.record) for r in sending])
+        except Exception as exc:
+            for r in sending:
+                results[r.index] = exc
+            return [r for r in ready if not r.record.outgoing]
+        records = {r.index: record for r, record in zip(sending, placed, strict=True)}
+        return [replace(r, record=records.get(r.index, r.record)) for r in ready]
+
+    def _commit_batch(self, ready: list[_Ready], results: dict[int, Outcome | Exception],
+                      later: list[int]) -> list[tuple[int, Slot]]:
+        committed: list[tuple[int, Slot]] = []
+        for r in ready:
+            try:
+                committed.append((r.index, self._commit(r.slot, r.operations, r.record)))
+            except ClaimLost:
+                later.append(r.index)
+            except Exception as exc:
+                results[r.index] = exc
+        return committed
 
     def _complete_batch(self, batch: Sequence[Incoming], committed: list[tuple[int, Slot]],
                         results: dict[int, Outcome | Exception], later: list[int]) -> None:
@@ -328,7 +376,7 @@ class Receiver:
         payload = self._payload(envelope)
         if payload is None:
             token = self._inbox.read(self.endpoint, envelope.attempt_id)
-            if token is not None and token.state is TokenState.LIVE:
+            if token is not None and token.processable:
                 assert envelope.payload_ref is not None
                 return self._poison_bad(
                     body, envelope, f"payload blob {envelope.payload_ref.blob} is missing",
@@ -345,7 +393,7 @@ class Receiver:
         put the same signal back with the remaining delay, then drop this copy. The token
         is untouched, so whichever copy arrives when due is processed once."""
         token = self._inbox.read(self.endpoint, envelope.attempt_id)
-        if token is None or token.state is not TokenState.LIVE:
+        if token is None or not token.processable:
             ack()  # consumed, fenced, parked or deferred: nothing to wait for
             parked = token is not None and token.state is TokenState.PARKED
             return Outcome.PARKED if parked else Outcome.DUPLICATE
@@ -400,9 +448,13 @@ class Receiver:
                 if outcome is not None:
                     ack()
                     return Delivery(outcome)
-                committed = self._run_and_commit(d, slot, body, dequeue_count, ack, token=token)
-                if committed is None:
+                prepared = self._run_handler(d, slot, body, dequeue_count, ack, token=token)
+                if prepared is None:
                     return Delivery(Outcome.POISONED)
+                operations, record = prepared
+                if record.outgoing and self._inline(record, inline_max):
+                    [record] = self._dispatcher.place_ahead([(d.partition, record)])
+                committed = self._commit(slot, operations, record)
                 handoff = self._handoff(d, committed, inline_max)
                 if handoff is None:
                     self._dispatcher.complete(committed, committed_by_me=True)
@@ -414,10 +466,15 @@ class Receiver:
 
     def _handoff(self, d: _Decoded, slot: Slot, inline_max: int | None) -> Handoff | None:
         assert slot.record is not None
-        copies = len(slot.record.outgoing)
-        if inline_max is None or copies <= inline_max:
+        if self._inline(slot.record, inline_max):
             return None
-        return Handoff(self.endpoint, d.partition, d.envelope.message_id, copies)
+        return Handoff(self.endpoint, d.partition, d.envelope.message_id,
+                       len(slot.record.outgoing))
+
+    @staticmethod
+    def _inline(record: OutboxRecord, inline_max: int | None) -> bool:
+        """Whether the receiver sends the record's copies itself (else an orchestration)."""
+        return inline_max is None or len(record.outgoing) <= inline_max
 
     @staticmethod
     def _unfinished(slot: Slot, tokens: dict[str, Token]) -> bool:
@@ -434,7 +491,7 @@ class Receiver:
         """None when the copy may be processed; otherwise why not."""
         if not self._safeguards.token_check:
             return None  # the "skip-token-check" break
-        if token is not None and token.state is TokenState.LIVE:
+        if token is not None and token.processable:
             return None
         if token is not None and token.state is TokenState.PARKED:
             return Outcome.PARKED
@@ -448,8 +505,11 @@ class Receiver:
                   d.envelope.attempt_id, self.endpoint)
         return Outcome.DUPLICATE
 
-    def _run_and_commit(self, d: _Decoded, slot: Slot, body: str, dequeue_count: int,
-                        ack: Callable[[], None], *, token: Token | None) -> Slot | None:
+    def _run_handler(self, d: _Decoded, slot: Slot, body: str, dequeue_count: int,
+                     ack: Callable[[], None], *, token: Token | None,
+                     ) -> tuple[list[TableOp], OutboxRecord] | None:
+        """Step 5: the state changes and the outbox record to commit, or None when the
+        message was poisoned (raises HandlerFailed when it is to be retried)."""
         generation = token.generation if token is not None else 0
         try:
             operations, ctx = self._run(d, slot, dequeue_count, generation)
@@ -459,8 +519,8 @@ class Receiver:
                 outgoing=ctx.outgoing, committed_at=self._clock(),
                 deferred_signal=body if ctx.deferred else None, generation=generation,
                 releases=tuple(Release(endpoint=e, message_id=m) for e, m in ctx.releases))
-            return self._outbox.commit(slot, operations, record,
-                                       cas=self._safeguards.claim_cas)
+            self._outbox.check_size(record)  # too big: the handler's fault, before any token
+            return operations, record
         except (StorageError, ClaimLost):
             raise  # infrastructure or a lost race, not the handler's fault
         except Exception as exc:  # the handler's own failure, or what it asked for (too big)
@@ -472,6 +532,15 @@ class Receiver:
             self._poison_failed(body, d.envelope, exc, dequeue_count, ack)
             return None
 
+    def _commit(self, slot: Slot, operations: list[TableOp], record: OutboxRecord) -> Slot:
+        """Step 6; a lost claim withdraws the tokens created for it (none will be signalled)."""
+        try:
+            return self._outbox.commit(slot, operations, record,
+                                       cas=self._safeguards.claim_cas)
+        except ClaimLost:
+            self._dispatcher.withdraw(record)
+            raise
+
     def _run(self, d: _Decoded, slot: Slot, dequeue_count: int,
              generation: int) -> tuple[list[TableOp], Context]:
         """Step 5 with the route's immediate retries: every attempt starts from fresh reads
@@ -480,7 +549,7 @@ class Receiver:
         retrying = Retrying(
             stop=stop_after_attempt(policy.immediate),
             wait=self._backoff(policy),
-            retry=retry_if_not_exception_type((StorageError, ClaimLost, RetryAfter, Reject)),
+            retry=retry_if_exception(_retried_at_once),
             sleep=self._sleep, reraise=True)
         handle = self._chains[d.envelope.message_type]
         ctx = self._context(d, slot, dequeue_count, generation)
@@ -508,7 +577,7 @@ class Receiver:
         token = None
         if envelope is not None:
             token = self._inbox.read(self.endpoint, envelope.attempt_id)
-            if token is not None and token.state is not TokenState.LIVE:
+            if token is not None and not token.processable:
                 ack()  # parked: already in the poison queue; fenced: never really sent
                 return Outcome.PARKED
         self._poison.put(body, reason=reason, dequeue_count=dequeue_count, now=self._clock(),
@@ -529,5 +598,5 @@ class Receiver:
         log.warning("poisoned %s at %s: %s", envelope.message_id, self.endpoint, reason)
 
     def _park(self, token: Token | None) -> None:
-        if token is not None and token.state is TokenState.LIVE:
+        if token is not None and token.processable:
             self._inbox.park(token, self._clock())

@@ -13,6 +13,7 @@ from bus.envelope import Envelope, PayloadRef
 class Phase(str, enum.Enum):
     COMMITTED = "committed"  # state written; tokens of the current attempt ids may not exist
     SENDING = "sending"  # every token (and payload blob) of the current attempt ids exists
+    # (committed in this phase when the tokens were created, pending, before the commit)
     DONE = "done"  # ledger records only (``ledger``): every signal sent, superseded fenced
 
 
@@ -59,6 +60,9 @@ class OutboxRecord(BaseModel):
     """The incoming token's generation (releases so far) when the handler ran."""
     releases: tuple[Release, ...] = ()
     """Deferred messages to release once the record is finished (releases are idempotent)."""
+    pending: tuple[str, ...] = ()
+    """ETags of the outgoing tokens, one per copy, when they were created pending before the
+    commit (``dispatch``): finishing the record confirms them (pending -> live)."""
 
     def is_for(self, envelope: Envelope) -> bool:
         return (self.message_id, self.attempt_id) == (envelope.message_id, envelope.attempt_id)
@@ -72,6 +76,11 @@ class OutboxRecord(BaseModel):
 
     def sending(self) -> OutboxRecord:
         return self.model_copy(update={"phase": Phase.SENDING})
+
+    def placed(self, etags: tuple[str, ...]) -> OutboxRecord:
+        """This record with its outgoing tokens created pending (ETags in copy order)."""
+        assert len(etags) == len(self.outgoing)
+        return self.model_copy(update={"phase": Phase.SENDING, "pending": etags})
 
     def done(self) -> OutboxRecord:
         return self.model_copy(update={"phase": Phase.DONE})

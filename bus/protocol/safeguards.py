@@ -23,6 +23,10 @@ class Safeguards:
     """``send_once`` looks a message id up in the send ledger before sending it."""
     fresh_retry_state: bool = True
     """An immediate retry of a handler starts from fresh reads and an empty outbox."""
+    confirm_pending: bool = True
+    """Finishing a record confirms its pending outgoing tokens before it consumes its own."""
+    fence_origin: bool = True
+    """The sweeper rewrites a pending token's origin slot before deleting it as an orphan."""
 
 
 BREAKS: dict[str, tuple[Safeguards, str]] = {
@@ -38,4 +42,8 @@ BREAKS: dict[str, tuple[Safeguards, str]] = {
                     "send_once records every call as a new message (no ledger lookup)"),
     "dirty-retry": (Safeguards(fresh_retry_state=False),
                     "an immediate retry keeps the writes and sends of the failed attempt"),
+    "skip-confirm": (Safeguards(confirm_pending=False),
+                     "finish a record without confirming its pending outgoing tokens"),
+    "skip-origin-fence": (Safeguards(fence_origin=False),
+                          "delete an orphan-looking pending token without fencing its slot"),
 }

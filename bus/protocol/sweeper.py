@@ -13,6 +13,13 @@ What can be left behind, and when it is removed:
   making the token live and sending; a second signal is a harmless duplicate);
 * an index row of a deferral (``inbox``) whose token is gone - at once (the message was
   released and processed);
+* a pending token (created before its record's commit, ``dispatch``) that no committed record
+  lists - once it is older than ``pending_age``: the handler run that created it never
+  committed (a crash, a lost claim, an unknown outcome). Its origin slot is rewritten first
+  (a compare-and-swap), so a slow worker that still holds the slot as it was cannot commit a
+  record listing the token afterwards; then the token goes if unchanged. A committed record
+  confirms its pending tokens before it is finished, and a slot moves on to another record
+  only once it is, so "no committed record in the origin slot lists it" is exact;
 * a live token nobody signalled (its sender crashed between token and signal) - once it is
   older than ``orphan_age`` (default 7 days) it is parked, with a poison entry, so that a
   message whose signal was merely stuck that long is not lost silently. Parked, not deleted:
@@ -25,7 +32,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bus.protocol.inbox import Inbox, TokenState
+from bus.protocol.inbox import Inbox, Token, TokenState
+from bus.protocol.outbox import ClaimLost, Outbox
 from bus.protocol.payloads import Payloads
 from bus.protocol.poison import PoisonQueue
 
@@ -37,13 +45,19 @@ class SweepReport:
     payloads_removed: int = 0
     deferral_index_removed: int = 0
     released_signals_resent: int = 0
+    pending_tokens_removed: int = 0
 
 
 class Sweeper:
     def __init__(self, *, inbox: Inbox, payloads: Payloads,
                  poison_for: Callable[[str], PoisonQueue], clock: Callable[[], float],
                  ghost_horizon: float, orphan_age: float,
-                 resend: Callable[[str, str], None], release_resend: float) -> None:
+                 resend: Callable[[str, str], None], release_resend: float,
+                 outbox_for: Callable[[str], Outbox], pending_age: float,
+                 fence_origin: bool = True) -> None:
+        self._outbox_for = outbox_for
+        self._pending_age = pending_age
+        self._fence_origin = fence_origin
         self._inbox = inbox
         self._payloads = payloads
         self._poison_for = poison_for
@@ -65,6 +79,9 @@ class Sweeper:
                   and self._release_resend < age <= self._orphan_age):
                 self._resend(token.endpoint, token.signal)
                 report.released_signals_resent += 1
+            elif token.state is TokenState.PENDING and age > self._pending_age:
+                if self._collect(token):
+                    report.pending_tokens_removed += 1
             elif token.state is TokenState.LIVE and age > self._orphan_age:
                 self._poison_for(token.endpoint).put(
                     "", reason=f"orphan inbox token: attempt {token.attempt_id} of message "
@@ -82,3 +99,23 @@ class Sweeper:
                 self._payloads.delete(ref)
                 report.payloads_removed += 1
         return report
+
+    def _collect(self, token: Token) -> bool:
+        """Remove a pending token no committed record lists; False when one does (its record
+        confirms it) or its origin slot changed meanwhile (the next sweep looks again)."""
+        origin = token.origin
+        if origin is None:
+            return False
+        outbox = self._outbox_for(origin.endpoint)
+        slot = outbox.load(origin.partition)
+        record = slot.record
+        if record is not None and record.attempt_id == origin.attempt_id and any(
+                e.attempt_id == token.attempt_id for e in record.outgoing):
+            return False
+        if self._fence_origin:  # off: the "skip-origin-fence" break
+            try:
+                outbox.touch(slot)
+            except ClaimLost:
+                return False
+        self._inbox.withdraw(token.endpoint, token.attempt_id, token.etag)
+        return True

@@ -248,7 +248,7 @@ class Drainer:
         now = self._bus.clock()
         retried(self._bus.poison_queue(self.endpoint).put, message.body, reason=reason,
                 dequeue_count=message.dequeue_count, now=now, envelope=envelope)
-        if token is not None and token.state is TokenState.LIVE:
+        if token is not None and token.processable:
             retried(self._bus.inbox.park, token, now)
         self._delete(message)
         log.warning("poisoned a message at %s: %s", self.endpoint, reason)

@@ -37,6 +37,7 @@ class FaultProfile:
     duplicate: float = 0.0
     crash: float = 0.0
     lease_expiry: float = 0.0
+    stall: float = 0.0  # chance that an actor pauses before a storage call (GC, VM freeze)
     handler_failure: float = 0.0
     ghost_delay: float = 1.0  # mean virtual seconds before a ghost request lands
 
@@ -48,7 +49,8 @@ class FaultProfile:
             fail_before=rng.uniform(0, 0.06), fail_after=rng.uniform(0, 0.06),
             ghost=rng.uniform(0, 0.05), duplicate=rng.uniform(0, 0.25),
             crash=rng.uniform(0, 0.01), lease_expiry=rng.uniform(0, 0.01),
-            handler_failure=rng.uniform(0, 0.1), ghost_delay=rng.uniform(0.01, 5.0))
+            handler_failure=rng.uniform(0, 0.1), ghost_delay=rng.uniform(0.01, 5.0),
+            stall=rng.uniform(0, 0.01))
 
 
 @dataclass
@@ -100,6 +102,11 @@ class World:
         if self.current.crashable and self.rng.random() < self.profile.crash:
             self.counters.add("crash")
             raise Crash(f"{self.current.name} crashed before {service}.{operation}")
+        if self.rng.random() < self.profile.stall:
+            # A paused process: everyone else goes on for up to 3 virtual seconds, then this
+            # actor makes its call with whatever it read before (a slow worker).
+            self.counters.add("stall")
+            self.sleep(self.rng.uniform(0.0, 3.0))
         return self._draw(service, operation)
 
     def defer(self, effect: Callable[[], None]) -> None:
