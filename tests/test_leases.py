@@ -1,4 +1,5 @@
-"""Lease renewal and abandon, on the in-memory backend and Azurite."""
+"""Lease renewal and abandon, on the in-memory backend and Azurite; a worker's poll when
+storage cannot be reached."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import time
 
 from bus import Abandon, Bus, Command, Context, Endpoint, RetryPolicy, Settings
 from bus.hosting.worker import Worker
-from bus.storage import Storage
+from bus.storage import QueueMessage, Storage, TransientError
+from bus.testing import InMemoryStorage
+from bus.testing.transport import ForwardingQueues
 
 
 class Slow(Command):
@@ -61,3 +64,26 @@ def test_abandon_redelivers_at_once(storage: Storage, prefix: str) -> None:
     time.sleep(1.1)  # the queue's delay has a 1-second granularity on Azure
     assert worker.poll_once() == 1
     assert calls == [("a1", 1), ("a1", 2)]
+
+
+def test_a_receive_that_fails_is_an_empty_poll_not_a_crash() -> None:
+    """A local worker loop keeps going when storage cannot be reached for a moment (a pooled
+    connection the server had closed): poll_once returns 0 and the next poll works."""
+
+    class Flaky(ForwardingQueues):
+        failures = 1
+
+        def receive(self, queue: str, *, max_messages: int,
+                    lease: float) -> list[QueueMessage]:
+            if self.failures:
+                self.failures -= 1
+                raise TransientError("Remote end closed connection without response")
+            return super().receive(queue, max_messages=max_messages, lease=lease)
+
+    inner = InMemoryStorage()
+    storage = Storage(queues=Flaky(inner.queues), blobs=inner.blobs, tables=inner.tables)
+    bus = build(storage, "t", [])
+    bus.send(Slow(ref="r"))
+    worker = Worker(bus, "lab", retry_delay=0)
+    assert worker.poll_once() == 0
+    assert worker.poll_once() == 1 and worker.outcomes == {"processed": 1}

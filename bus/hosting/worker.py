@@ -60,14 +60,19 @@ class Worker:
 
     def poll_once(self) -> int:
         """Lease one batch and process it; returns how many messages were leased (0 also while
-        the circuit breaker is open: ``self.breaker``)."""
-        if self.breaker.paused_for() > 0:
-            return 0
+        the circuit breaker is open: ``self.breaker``, and when storage could not be reached:
+        the caller's idle back-off then applies, as after an empty poll)."""
         try:
+            if self.breaker.paused_for() > 0:
+                return 0
             messages = self.bus.storage.queues.receive(
                 self.queue, max_messages=self.batch_size, lease=self.bus.settings.lease_seconds)
         except Throttled as exc:
             self.breaker.throttled(exc)
+            return 0
+        except StorageError as exc:  # e.g. a pooled connection the server had closed
+            log.warning("%s: could not lease messages (%s); will poll again", self.queue,
+                        exc)
             return 0
         if not messages:
             return 0
