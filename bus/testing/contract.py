@@ -17,6 +17,7 @@ import pytest
 from bus.storage import (
     Conflict,
     Entity,
+    EntityValue,
     NotFound,
     PreconditionFailed,
     Storage,
@@ -116,6 +117,15 @@ class StorageContract:
         storage.tables.delete(table, "p", "r")  # deleting nothing is not an error
         with pytest.raises(NotFound):
             storage.tables.get(table, "p", "r")
+
+    def test_table_values_round_trip(self, storage: Storage, table: str) -> None:
+        storage.tables.create_table(table)
+        values: dict[str, EntityValue] = {"small": 7, "big": 2**40, "negative": -(2**35),
+                                          "flag": True, "ratio": 0.25, "text": "h\u00e9"}
+        storage.tables.insert(table, Entity("p", "a", values))
+        storage.tables.transact(table, [TableOp("insert", Entity("p", "b", values))])
+        for key in ("a", "b"):
+            assert storage.tables.get(table, "p", key).properties == values
 
     def test_table_transaction_is_all_or_nothing(self, storage: Storage, table: str) -> None:
         storage.tables.create_table(table)

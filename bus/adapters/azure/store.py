@@ -21,7 +21,7 @@ from azure.core.exceptions import (
     ServiceResponseError,
 )
 from azure.core.pipeline.transport import RequestsTransport
-from azure.data.tables import TableServiceClient, UpdateMode
+from azure.data.tables import EdmType, EntityProperty, TableServiceClient, UpdateMode
 from azure.storage.blob import BlobServiceClient
 from azure.storage.queue import QueueServiceClient
 
@@ -295,11 +295,21 @@ def _part_error(part: transactions.PartResponse | None, answers: int,
 
 def _row(entity: Entity) -> dict[str, Any]:
     return {"PartitionKey": entity.partition_key, "RowKey": entity.row_key,
-            **entity.properties}
+            **{name: _typed(value) for name, value in entity.properties.items()}}
+
+
+def _typed(value: EntityValue) -> Any:
+    """An int outside Int32 goes as Edm.Int64 (the SDK refuses to guess and raises)."""
+    if isinstance(value, int) and not isinstance(value, bool) and not (
+            -(2**31) <= value < 2**31):
+        return EntityProperty(value, EdmType.INT64)
+    return value
 
 
 def _entity(row: Any) -> Entity:
-    properties: dict[str, EntityValue] = {k: v for k, v in row.items() if k not in _KEYS}
+    properties: dict[str, EntityValue] = {
+        k: v.value if isinstance(v, EntityProperty) else v  # Int64 comes back wrapped
+        for k, v in row.items() if k not in _KEYS}
     return Entity(row["PartitionKey"], row["RowKey"], properties, str(row.metadata["etag"]))
 
 
