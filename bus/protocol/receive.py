@@ -4,14 +4,17 @@ For a signal carrying message ``m``, attempt ``a``, for endpoint ``E``:
 
 1. decode the envelope, find the handler (bad input: poison queue, with the reason);
 2. fetch the payload (claim check) and map the message to its state partition ``P``;
-3. load ``P``'s outbox slot, remembering its ETag; if it holds an unfinished record (its
-   incoming token still exists), complete that first (it may be ours, committed by an earlier
-   delivery) and start again;
+3. load ``P``'s outbox slot, remembering its ETag, with the state rows the route declares
+   (``reads``) in the same request; if it holds an unfinished record (its incoming token
+   still exists), complete that first (it may be ours, committed by an earlier delivery) and
+   start again;
 4. check ``m``'s inbox token ``(E, a)``: gone (or fenced) means a duplicate - acknowledge;
    parked means it is in the poison queue already (read in one request with step 3's token);
-5. run the handler against ``P`` (reads go to storage, writes are collected);
-6. commit the state changes and the outbox record in one transaction, conditional on the ETag
-   from step 3: if someone else committed since, the claim is lost - go back to step 3;
+5. run the handler against ``P`` (reads come from step 3 or storage, writes are collected),
+   then create its outgoing tokens, pending (``Dispatcher.place_ahead``);
+6. commit the state changes and the outbox record (phase SENDING, with the tokens' ETags) in
+   one transaction, conditional on the ETag from step 3: if someone else committed since, the
+   claim is lost - withdraw the pending tokens and go back to step 3;
 7. complete the record (see ``dispatch``) and acknowledge the signal.
 
 Step 3 happens before step 4 on purpose: the token is consumed only after a commit, and the
