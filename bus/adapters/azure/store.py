@@ -9,7 +9,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-import requests
 from azure.core import MatchConditions
 from azure.core.credentials import TokenCredential
 from azure.core.exceptions import (
@@ -26,6 +25,7 @@ from azure.storage.blob import BlobServiceClient
 from azure.storage.queue import QueueServiceClient
 
 from bus.adapters.azure import transactions
+from bus.adapters.azure.http import LeanSession
 from bus.storage.errors import Conflict, NotFound, PreconditionFailed, Throttled, TransientError
 from bus.storage.ports import Blob, Entity, EntityValue, QueueMessage, Storage, TableOp
 
@@ -41,7 +41,7 @@ def _client_options() -> dict[str, Any]:
     3.1 -> 2.1 ms per queue send). The proxies in the environment when the client is built
     still apply; netrc credentials never should (requests are signed).
     """
-    session = requests.Session()
+    session = LeanSession()
     session.trust_env = False
     session.proxies.update(urllib.request.getproxies())
     return {**_NO_SDK_RETRIES, "transport": RequestsTransport(session=session,
