@@ -32,6 +32,7 @@ from bus.protocol.poison import PoisonQueue
 from bus.protocol.receive import Receiver
 from bus.protocol.safeguards import Safeguards
 from bus.protocol.send import Sender
+from bus.protocol.slotcache import SlotCache
 from bus.protocol.sweeper import Sweeper
 from bus.protocol.topics import Topics
 from bus.retry import backoff
@@ -269,6 +270,7 @@ class Bus:
             max_delivery_count=self.settings.max_delivery_count, safeguards=self.safeguards,
             queues=self.storage.queues, queue=self.names.queue(endpoint.name),
             sleep=self._sleep, random=self._random,
+            slots=SlotCache(self.settings.slot_cache_size),
             middleware=(*self.middleware, *endpoint.middleware))
 
     def pipeline(self, endpoint: str) -> list[str]:

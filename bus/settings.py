@@ -23,6 +23,10 @@ class Settings(BaseModel):
     sweeper, and removed if no committed record lists it (a handler run that never committed).
     Safety does not depend on it (the sweeper fences the slot first); it only keeps the
     sweeper away from records still being committed."""
+    slot_cache_size: int = Field(1024, ge=0)
+    """Outbox slots (state partitions) each endpoint's receiver remembers from its own commits,
+    so the next message of a partition is claimed without reading the slot again
+    (``bus.protocol.slotcache``; 0 turns it off). The commit's compare-and-swap still decides."""
     release_resend_seconds: float = Field(300.0, gt=0)
     """A released deferral still unprocessed after this long gets its signal sent again by the
     sweeper (the release may have stopped between its two steps)."""

@@ -48,6 +48,8 @@ class Slot:
     rows: Mapping[str, Mapping[str, EntityValue] | None] = field(default_factory=dict)
     """State rows read with the slot, in the same request (None: the row does not exist).
     One query of one partition reads one snapshot, so they are the rows as of ``etag``."""
+    cached: bool = False
+    """Remembered from this process's own commit (``slotcache``), not read."""
 
 
 class Outbox:

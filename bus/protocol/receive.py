@@ -46,8 +46,9 @@ from bus.protocol.inbox import Inbox, Token, TokenState, finished
 from bus.protocol.outbox import RESERVED_PREFIX, ClaimLost, Outbox, Slot
 from bus.protocol.payloads import Payloads
 from bus.protocol.poison import PoisonQueue
-from bus.protocol.records import OutboxRecord, Release
+from bus.protocol.records import OutboxRecord, Phase, Release
 from bus.protocol.safeguards import Safeguards
+from bus.protocol.slotcache import SlotCache
 from bus.retry import Reject, RetryAfter, RetryPolicy, backoff
 from bus.serialization import PayloadError, Serializer
 from bus.storage import Queues, StorageError, TableOp, Tables
@@ -174,7 +175,9 @@ class Receiver:
                  safeguards: Safeguards, queues: Queues, queue: str,
                  sleep: Callable[[float], None] = time.sleep,
                  random: Callable[[], float] = _random.random,
+                 slots: SlotCache | None = None,
                  middleware: Sequence[Middleware] = ()) -> None:
+        self._slots = slots if slots is not None else SlotCache(0)
         self._middleware = tuple(middleware)
         self._chains: dict[str, HandleNext] = {
             message_type: handling_chain(self._middleware, route.handler)
@@ -200,6 +203,11 @@ class Receiver:
     @property
     def endpoint(self) -> str:
         return self._endpoint.name
+
+    @property
+    def slots(self) -> SlotCache:
+        """The slots this receiver remembers from its own commits (``Settings.slot_cache_size``)."""
+        return self._slots
 
     def handle(self, body: str, dequeue_count: int,
                ack: Callable[[], None] = _no_ack) -> Outcome:
@@ -255,6 +263,7 @@ class Receiver:
             item = batch[index]
             try:
                 if self._unfinished(slot, tokens):
+                    self._slots.forget(slot.partition)
                     later.append(index)  # an unfinished record: the one-message path
                     continue
                 token = tokens.get(d.envelope.attempt_id)
@@ -295,8 +304,7 @@ class Receiver:
                     later.append(index)  # one claim per partition and batch
                 else:
                     partitions.add(step.partition)
-                    claims.append((index, step, self._outbox.load(step.partition,
-                                                                  step.reads)))
+                    claims.append((index, step, self._slot(step)))
             except Exception as exc:
                 results[index] = exc
         return claims
@@ -320,22 +328,25 @@ class Receiver:
         return [replace(r, record=records.get(r.index, r.record)) for r in ready]
 
     def _commit_batch(self, ready: list[_Ready], results: dict[int, Outcome | Exception],
-                      later: list[int]) -> list[tuple[int, Slot]]:
-        committed: list[tuple[int, Slot]] = []
+                      later: list[int]) -> list[tuple[_Ready, Slot]]:
+        committed: list[tuple[_Ready, Slot]] = []
         for r in ready:
             try:
-                committed.append((r.index, self._commit(r.slot, r.operations, r.record)))
+                committed.append((r, self._commit(r.slot, r.operations, r.record)))
             except ClaimLost:
                 later.append(r.index)
             except Exception as exc:
                 results[r.index] = exc
         return committed
 
-    def _complete_batch(self, batch: Sequence[Incoming], committed: list[tuple[int, Slot]],
+    def _complete_batch(self, batch: Sequence[Incoming],
+                        committed: list[tuple[_Ready, Slot]],
                         results: dict[int, Outcome | Exception], later: list[int]) -> None:
         outcomes = self._dispatcher.complete_many([slot for _, slot in committed])
-        for (index, slot), problem in zip(committed, outcomes, strict=True):
+        for (r, slot), problem in zip(committed, outcomes, strict=True):
+            index = r.index
             if problem is None:
+                self._remember(slot, r.slot, r.operations)
                 batch[index].ack()
                 results[index] = _processed(slot)
             elif isinstance(problem, ClaimLost):
@@ -440,11 +451,13 @@ class Receiver:
     def _claim(self, d: _Decoded, body: str, dequeue_count: int,
                ack: Callable[[], None], inline_max: int | None) -> Delivery:
         for _ in range(_MAX_CLAIM_ROUNDS):
-            slot = self._outbox.load(d.partition, d.reads)
+            slot = self._slot(d)
             try:
                 tokens = self._tokens(d, slot)
                 if self._unfinished(slot, tokens):
-                    self._dispatcher.complete(slot, committed_by_me=False)
+                    if not slot.cached:
+                        self._dispatcher.complete(slot, committed_by_me=False)
+                    self._slots.forget(slot.partition)  # read it, and its record, afresh
                     continue
                 token = tokens.get(d.envelope.attempt_id)
                 outcome = self._check_token(d, token)
@@ -461,7 +474,9 @@ class Receiver:
                 handoff = self._handoff(d, committed, inline_max)
                 if handoff is None:
                     self._dispatcher.complete(committed, committed_by_me=True)
+                    self._remember(committed, slot, operations)
             except ClaimLost:
+                self._slots.forget(slot.partition)  # counted by ``_commit`` if stale
                 continue
             ack()
             return Delivery(_processed(committed), handoff)
@@ -536,13 +551,31 @@ class Receiver:
             return None
 
     def _commit(self, slot: Slot, operations: list[TableOp], record: OutboxRecord) -> Slot:
-        """Step 6; a lost claim withdraws the tokens created for it (none will be signalled)."""
+        """Step 6; a lost claim withdraws the tokens created for it (none will be signalled).
+
+        The partition leaves the slot cache first: whatever this commit's outcome, the slot
+        is remembered again only once the record is complete (``_remember``)."""
+        self._slots.forget(slot.partition)
         try:
             return self._outbox.commit(slot, operations, record,
                                        cas=self._safeguards.claim_cas)
         except ClaimLost:
+            self._slots.lost(slot)
             self._dispatcher.withdraw(record)
             raise
+
+    def _slot(self, d: _Decoded) -> Slot:
+        """Step 3: the partition's slot (and declared rows) as this process's last commit of
+        it left them, if it remembers that commit (``slotcache``), else as read now."""
+        return self._slots.lookup(d.partition, d.reads) or self._outbox.load(d.partition,
+                                                                            d.reads)
+
+    def _remember(self, committed: Slot, claimed: Slot, operations: list[TableOp]) -> None:
+        """Keep a completed commit's slot for the partition's next claim: only a record in
+        phase SENDING (or with nothing to send), whose slot completing did not rewrite."""
+        record = committed.record
+        if record is not None and (record.phase is Phase.SENDING or not record.outgoing):
+            self._slots.remember(committed, claimed, operations)
 
     def _run(self, d: _Decoded, slot: Slot, dequeue_count: int,
              generation: int) -> tuple[list[TableOp], Context]:

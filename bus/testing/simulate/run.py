@@ -38,6 +38,9 @@ class RunResult:
     faults: dict[str, int]
     violations: list[str] = field(default_factory=list)
     steps: int = 0
+    slot_cache: Counter[str] = field(default_factory=Counter)
+    """Claims that started from a remembered slot ("hits") and those of them that lost their
+    compare-and-swap because someone else had written the slot since ("stale")."""
 
 
 def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
@@ -49,10 +52,19 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
                   immediate=rng.randint(1, 3), retry_after=profile.handler_failure / 2,
                   scheduled=rng.choice((0.0, 0.3, 1.0)), bounded=rng.choice((None, 1, 2)),
                   defer=rng.choice((0.0, 0.5, 1.0)), declared_reads=rng.random() < 0.5)
-    bus = Bus(storage, build(knobs, world.rng.random, world.new_id), prefix="sim",
-              settings=SETTINGS, clock=world.now, new_id=world.new_id, sleep=world.sleep,
-              safeguards=safeguards, random=world.rng.random)
+    # Drawn apart from ``rng`` so that the draws above stay what they were for each seed.
+    layout = random.Random(seed ^ 0x51075)
+    settings = SETTINGS.model_copy(update={"slot_cache_size": layout.choice((0, 4, 1024))})
+    processes = layout.random() < 0.5  # each worker its own Bus: its own slot cache
+
+    def new_bus() -> Bus:
+        return Bus(storage, build(knobs, world.rng.random, world.new_id), prefix="sim",
+                   settings=settings, clock=world.now, new_id=world.new_id,
+                   sleep=world.sleep, safeguards=safeguards, random=world.rng.random)
+
+    bus = new_bus()
     bus.provision()
+    buses = [bus]
     roots = rng.randint(2, 6)
     garbage = _garbage(bus, world, rng.randint(0, 2))
     # A client using ``send`` must not crash: without the send ledger, re-sending after a crash
@@ -64,7 +76,9 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
     world.spawn(client)
     for endpoint in bus.topology.endpoints:
         for index in range(rng.randint(2, 3)):
-            world.spawn(Actor(f"{endpoint}#{index}", _worker(bus, world, endpoint)))
+            own = new_bus() if processes else bus
+            buses.append(own)
+            world.spawn(Actor(f"{endpoint}#{index}", _worker(own, world, endpoint)))
 
     # Maintenance runs in every run: it collects pending tokens of handler runs that never
     # committed while workers are still committing theirs (and releases deferrals).
@@ -82,7 +96,7 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
                         storage.queues.next_visible_at, MAX_STEPS)
     world.stop()
     result = RunResult(seed, roots * len(EXPECTED) + len(garbage), dict(world.counters.faults),
-                       steps=world.steps)
+                       steps=world.steps, slot_cache=_slot_cache(buses))
     if not settled:
         result.violations.append(f"did not quiesce within {MAX_STEPS} steps")
         return result
@@ -90,6 +104,14 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
     bus.sweeper().sweep()
     result.violations.extend(check(bus, storage, roots, [body for body, _ in garbage]))
     return result
+
+
+def _slot_cache(buses: list[Bus]) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    unique = {id(b): b for b in buses}.values()
+    for receiver in (b.receiver(e) for b in unique for e in b.topology.endpoints):
+        counts.update(hits=receiver.slots.hits, stale=receiver.slots.stale)
+    return counts
 
 
 # -- actors -------------------------------------------------------------------------------------
