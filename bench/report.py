@@ -113,6 +113,10 @@ def _ops_table(result: ScenarioResult, prices: PriceTable, unit: str,
                  "above as operations: " + (", ".join(
                      f"{s}.{o} {e} x{n}" for (s, o, e), n in sorted(errors.items())) or "none")
                  + ".")
+    cache = result.extra.get("slot_cache")
+    if cache is not None:
+        lines.append(f"Claims from the slot cache (no read, `docs/protocol.md`): {cache['hits']}, "
+                     f"of which {cache['stale']} were stale (lost their compare-and-swap).")
     return lines
 
 

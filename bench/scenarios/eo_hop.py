@@ -44,6 +44,7 @@ def run(cfg: BenchConfig) -> ScenarioResult:
         verify_counts(inst.plain.tables, names.state_table(HOP_FROM),
                       expected_counts(range(cfg.messages), cfg.partitions))
         pongs = inst.plain.queues.depth(names.queue(HOP_TO))
+        slots = inst.bus.receiver(HOP_FROM).slots
         if pongs < cfg.messages:
             raise BenchError(f"eo hop: only {pongs} Pong signals for {cfg.messages} hops")
     check_outcomes("eo hop", load.outcomes)
@@ -56,4 +57,5 @@ def run(cfg: BenchConfig) -> ScenarioResult:
         extra={"ops": load.ops, "errors": load.errors, "requests": load.requests,
                "client_requests": load.client_requests, "cpu": load.cpu,
                "outcomes": dict(load.outcomes),
-               "pong_signals": pongs})
+               "pong_signals": pongs,
+               "slot_cache": {"hits": slots.hits, "stale": slots.stale}})
