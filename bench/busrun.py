@@ -23,6 +23,7 @@ from bench.wire import WireCounter, counting_requests
 from bus import Bus, Endpoint
 from bus.adapters.azure import AzureStorage
 from bus.hosting.worker import Worker
+from bus.protocol.bundles import parts
 from bus.storage import QueueMessage, Queues, Storage
 from bus.testing.counting import OpCounter, counting_storage
 from bus.testing.transport import ForwardingQueues
@@ -162,3 +163,13 @@ def check_outcomes(scenario: str, outcomes: Counter[str]) -> None:
     bad = {k: n for k, n in outcomes.items() if k not in ("processed", "duplicate")}
     if bad:
         raise BenchError(f"{scenario}: unexpected outcomes {bad} (all: {dict(outcomes)})")
+
+
+def count_signals(queues: Queues, queue: str) -> tuple[int, int]:
+    """(queue messages, signals) waiting in ``queue``, a bundle counting as its signals. Leases
+    everything it counts (the benchmark's queues are thrown away afterwards)."""
+    messages = signals = 0
+    while batch := queues.receive(queue, max_messages=32, lease=600):
+        messages += len(batch)
+        signals += len(parts(batch))
+    return messages, signals

@@ -98,6 +98,7 @@ class Bus:
         self.courier = Courier(
             queues=storage.queues, names=self.names, inbox=self.inbox, payloads=self.payloads,
             clock=clock, in_flight=self.settings.max_in_flight_sends,
+            bundles=self.settings.signal_bundles,
             room=Room(queues=storage.queues, names=self.names, clock=clock,
                       limits=depth_limits,
                       ttl=self.settings.depth_check_seconds))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Literal
 
@@ -90,6 +91,41 @@ def encode_signal(envelope: Envelope) -> str:
         raise ValueError(f"envelope of {len(raw)} bytes does not fit a queue message; "
                          "move the payload to a blob first")
     return base64.b64encode(raw).decode("ascii")
+
+
+_BUNDLE_HEAD = '{"bus":1,"bundle":['
+_BUNDLE_TAIL = "]}"
+BUNDLE_OVERHEAD = len(_BUNDLE_HEAD) + len(_BUNDLE_TAIL)
+"""Bytes a bundle adds around its signals (plus one comma between two of them)."""
+
+
+def encode_bundle(signals: Sequence[str]) -> str:
+    """One queue message body carrying several signals: ``signals`` are envelope JSON texts
+    (as ``Envelope.to_json``), all for the same queue. See docs/envelope.md, "Bundles"."""
+    raw = (_BUNDLE_HEAD + ",".join(signals) + _BUNDLE_TAIL).encode("utf-8")
+    if len(raw) > MAX_SIGNAL_BYTES:
+        raise ValueError(f"a bundle of {len(raw)} bytes does not fit a queue message")
+    return base64.b64encode(raw).decode("ascii")
+
+
+def split_bundle(body: str) -> list[str] | None:
+    """The signal bodies a bundle carries (each as it would sit on the queue alone), or None
+    when ``body`` is not a bundle (a plain signal, or garbage: decoding it says why)."""
+    try:
+        raw = base64.b64decode(body, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    if not raw.startswith(_BUNDLE_HEAD.encode()):
+        return None
+    try:
+        document = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    signals = document.get("bundle") if isinstance(document, dict) else None
+    if not isinstance(signals, list):
+        return None
+    return [base64.b64encode(json.dumps(signal, ensure_ascii=False).encode("utf-8"))
+            .decode("ascii") for signal in signals]
 
 
 def decode_signal(body: str | bytes) -> Envelope:

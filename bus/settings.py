@@ -23,6 +23,11 @@ class Settings(BaseModel):
     sweeper, and removed if no committed record lists it (a handler run that never committed).
     Safety does not depend on it (the sweeper fences the slot first); it only keeps the
     sweeper away from records still being committed."""
+    signal_bundles: bool = True
+    """Send the signals a worker has for one queue at the same moment in one queue message
+    (``bus.protocol.bundles``; docs/envelope.md, "Bundles"). Every receiver of this package
+    takes bundles apart; turn it off only for queues read by a consumer of your own that
+    does not."""
     slot_cache_size: int = Field(1024, ge=0)
     """Outbox slots (state partitions) each endpoint's receiver remembers from its own commits,
     so the next message of a partition is claimed without reading the slot again

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 
-from bench.busrun import check_outcomes, drive, installation
+from bench.busrun import check_outcomes, count_signals, drive, installation
 from bench.config import BenchConfig
 from bench.harness import BenchError, ScenarioResult
 from bench.workload import (
@@ -43,7 +43,7 @@ def run(cfg: BenchConfig) -> ScenarioResult:
         names = inst.bus.names
         verify_counts(inst.plain.tables, names.state_table(HOP_FROM),
                       expected_counts(range(cfg.messages), cfg.partitions))
-        pongs = inst.plain.queues.depth(names.queue(HOP_TO))
+        pong_messages, pongs = count_signals(inst.plain.queues, names.queue(HOP_TO))
         slots = inst.bus.receiver(HOP_FROM).slots
         if pongs < cfg.messages:
             raise BenchError(f"eo hop: only {pongs} Pong signals for {cfg.messages} hops")
@@ -52,10 +52,10 @@ def run(cfg: BenchConfig) -> ScenarioResult:
         key="eo_hop", title="exactly-once command hop (state update + 1 send)",
         units=cfg.messages, seconds=load.flow.seconds,
         verified=(f"every partition's counter equals its Pings (exactly once); "
-                  f"{pongs} Pong signals queued for {cfg.messages} hops; outcomes "
-                  f"{dict(load.outcomes)}"),
+                  f"{pongs} Pong signals queued for {cfg.messages} hops (in {pong_messages} "
+                  f"queue messages: bundles); outcomes {dict(load.outcomes)}"),
         extra={"ops": load.ops, "errors": load.errors, "requests": load.requests,
                "client_requests": load.client_requests, "cpu": load.cpu,
                "outcomes": dict(load.outcomes),
-               "pong_signals": pongs,
+               "pong_signals": pongs, "pong_messages": pong_messages,
                "slot_cache": {"hits": slots.hits, "stale": slots.stale}})

@@ -26,6 +26,7 @@ from bus.hosting.breaker import CircuitBreaker
 from bus.hosting.leases import LeaseKeeper
 from bus.hosting.retry import transient_retries
 from bus.protocol.backpressure import QueueFull
+from bus.protocol.bundles import Part, parts
 from bus.protocol.receive import HandlerFailed, Incoming, Outcome
 from bus.storage import NotFound, QueueMessage, StorageError, Throttled, TransientError
 
@@ -59,9 +60,10 @@ class Worker:
         self.breaker = breaker or CircuitBreaker(bus, endpoint, clock=bus.clock)
 
     def poll_once(self) -> int:
-        """Lease one batch and process it; returns how many messages were leased (0 also while
-        the circuit breaker is open: ``self.breaker``, and when storage could not be reached:
-        the caller's idle back-off then applies, as after an empty poll)."""
+        """Lease one batch and process it; returns how many signals it held (a bundle holds
+        several: ``bus.protocol.bundles``). 0 also while the circuit breaker is open
+        (``self.breaker``) and when storage could not be reached: the caller's idle back-off
+        then applies, as after an empty poll."""
         try:
             if self.breaker.paused_for() > 0:
                 return 0
@@ -76,58 +78,60 @@ class Worker:
             return 0
         if not messages:
             return 0
+        signals = parts(messages)  # a bundle is several signals (bus.protocol.bundles)
         with self._keeper.keeping(messages) if self._keeper else contextlib.nullcontext():
-            if self.batched and len(messages) > 1:
-                self.process_batch(messages)
+            if self.batched and len(signals) > 1:
+                self.process_batch(signals)
             else:
-                for message in messages:
-                    self.process(message)
-        return len(messages)
+                for part in signals:
+                    self.process(part)
+        return len(signals)
 
-    def process_batch(self, messages: list[QueueMessage]) -> None:
-        """Process leased messages together (``Receiver.handle_many``: fewer storage calls per
-        message); a message whose outcome is a transient error gets the one-message path with
+    def process_batch(self, signals: list[Part]) -> None:
+        """Process leased signals together (``Receiver.handle_many``: fewer storage calls per
+        message); a signal whose outcome is a transient error gets the one-message path with
         its in-process retries."""
         results = self.receiver.handle_many([
-            Incoming(m.body, m.dequeue_count, partial(self._ack, m)) for m in messages])
-        for message, result in zip(messages, results, strict=True):
+            Incoming(p.body, p.dequeue_count, partial(self._ack, p)) for p in signals])
+        for part, result in zip(signals, results, strict=True):
             if isinstance(result, Outcome):
                 self.outcomes[result.value] = self.outcomes.get(result.value, 0) + 1
             elif isinstance(result, TransientError):
-                self.process(message)
+                self.process(part)
             elif isinstance(result, HandlerFailed):
                 log.info("handler failed (delivery %d), will retry in %g s: %s",
-                         message.dequeue_count, result.delay, result)
-                self._release(message, result.delay)
+                         part.dequeue_count, result.delay, result)
+                self._release(part, result.delay)
             elif isinstance(result, StorageError):
-                self._storage_trouble(message, result)
+                self._storage_trouble(part, result)
             else:
                 raise result  # a bug, as on the one-message path
 
-    def process(self, message: QueueMessage) -> Outcome | None:
+    def process(self, part: Part) -> Outcome | None:
+        """Process one signal (one leased message, or one part of a bundle)."""
         try:
-            outcome = self._retrying()(self.receiver.handle, message.body,
-                                       message.dequeue_count, lambda: self._ack(message))
+            outcome = self._retrying()(self.receiver.handle, part.body, part.dequeue_count,
+                                       lambda: self._ack(part))
         except HandlerFailed as exc:
             log.info("handler failed (delivery %d), will retry in %g s: %s",
-                     message.dequeue_count, exc.delay, exc)
-            self._release(message, exc.delay)
+                     part.dequeue_count, exc.delay, exc)
+            self._release(part, exc.delay)
             return None
         except StorageError as exc:
-            self._storage_trouble(message, exc)
+            self._storage_trouble(part, exc)
             return None
         self.outcomes[outcome.value] = self.outcomes.get(outcome.value, 0) + 1
         return outcome
 
-    def _storage_trouble(self, message: QueueMessage, exc: StorageError) -> None:
+    def _storage_trouble(self, part: Part, exc: StorageError) -> None:
         """Release the message for a later delivery (which resumes where this one stopped)."""
         if isinstance(exc, QueueFull):
-            log.info("waiting for room, releasing %s: %s", message.id, exc)
+            log.info("waiting for room, releasing %s: %s", part.message.id, exc)
         else:
-            log.warning("storage trouble, releasing %s: %s", message.id, exc)
+            log.warning("storage trouble, releasing %s: %s", part.message.id, exc)
         if isinstance(exc, Throttled):
             self.breaker.throttled(exc)
-        self._release(message)
+        self._release(part)
 
     def _retrying(self) -> Retrying:
         return transient_retries(self._tries, self._wait, self._sleep)
@@ -142,9 +146,11 @@ class Worker:
             yield self._keeper.current(message)
             self._keeper.forget(message)
 
-    def _ack(self, message: QueueMessage) -> None:
-        with self._settling(message) as current:
-            self._delete(current)
+    def _ack(self, part: Part) -> None:
+        """The part's outcome is durable; the message goes once all its parts are."""
+        if part.settled():
+            with self._settling(part.message) as current:
+                self._delete(current)
 
     def _delete(self, message: QueueMessage) -> None:
         try:
@@ -155,10 +161,13 @@ class Worker:
         except TransientError:
             log.info("ack of %s failed; the redelivered copy will be a duplicate", message.id)
 
-    def _release(self, message: QueueMessage, delay: float | None = None) -> None:
-        """Make the message visible again after ``delay`` (the retry policy's, for a handler
-        failure) or ``retry_delay`` (storage trouble). If this fails too, the lease runs out
-        on its own."""
-        with self._settling(message) as current, contextlib.suppress(StorageError):
+    def _release(self, part: Part, delay: float | None = None) -> None:
+        """Make the part's message visible again after ``delay`` (the retry policy's, for a
+        handler failure) or ``retry_delay`` (storage trouble), with all its parts: those
+        settled meanwhile come back as duplicates. If this fails too, the lease runs out on
+        its own."""
+        if not part.release():
+            return  # another part of the message released it already
+        with self._settling(part.message) as current, contextlib.suppress(StorageError):
             self.bus.storage.queues.extend(
                 self.queue, current, lease=self.retry_delay if delay is None else delay)

@@ -5,15 +5,17 @@ Shared by the dispatcher (messages from handlers) and the sender (messages from 
 
 from __future__ import annotations
 
+import base64
 import threading
 from collections.abc import Callable, Sequence
 
-from bus.envelope import Envelope, encode_signal, fits_signal
+from bus.envelope import Envelope, encode_bundle, encode_signal, fits_signal
 from bus.naming import Names
-from bus.protocol.backpressure import Room
+from bus.protocol.backpressure import QueueFull, Room
+from bus.protocol.bundles import pack
 from bus.protocol.inbox import Inbox, Origin
 from bus.protocol.payloads import Payloads
-from bus.storage import Queues
+from bus.storage import Queues, StorageError
 
 
 class Courier:
@@ -22,13 +24,16 @@ class Courier:
 
     def __init__(self, *, queues: Queues, names: Names, inbox: Inbox, payloads: Payloads,
                  clock: Callable[[], float], room: Room | None = None,
-                 in_flight: int = 32) -> None:
+                 in_flight: int = 32, bundles: bool = True) -> None:
         self._queues = queues
         self._names = names
         self.inbox = inbox
         self.payloads = payloads
         self._clock = clock
         self.room = room
+        self._bundles = bundles
+        self.bundled = 0
+        """Signals this courier sent in bundles of two or more (a statistic)."""
         self._in_flight = threading.BoundedSemaphore(in_flight)
 
     def place(self, envelope: Envelope) -> None:
@@ -85,6 +90,51 @@ class Courier:
             self._queues.send(self._names.queue(envelope.destination),
                               encode_signal(self.signal_form(envelope)),
                               delay=due_in(envelope, self._clock()))
+
+    def signal_many(self, envelopes: Sequence[Envelope]) -> list[StorageError | None]:
+        """``signal`` for several copies: those due now travel in bundles, one queue message
+        per destination (or per ``bundles.MAX_PARTS`` or 64 KiB); scheduled copies alone.
+
+        Returns, per copy, None (sent) or why not: QueueFull for a full destination, or the
+        storage error of the send its bundle was in (its outcome unknown: sending again is
+        harmless, tokens deduplicate)."""
+        problems: list[StorageError | None] = [None] * len(envelopes)
+        alone: list[int] = []
+        by_destination: dict[str, list[int]] = {}
+        now = self._clock()
+        for index, envelope in enumerate(envelopes):
+            if self._bundles and due_in(envelope, now) == 0:
+                by_destination.setdefault(envelope.destination, []).append(index)
+            else:
+                alone.append(index)
+        for destination, indexes in by_destination.items():
+            texts = [self.signal_form(envelopes[i]).to_json() for i in indexes]
+            try:
+                self.check_room(destination)
+            except QueueFull as exc:
+                for index in indexes:
+                    problems[index] = exc
+                continue
+            for group in pack(texts):
+                try:
+                    self._send_bundle(destination, [texts[g] for g in group])
+                except StorageError as exc:
+                    for g in group:
+                        problems[indexes[g]] = exc
+        for index in alone:
+            try:
+                self.signal(envelopes[index])
+            except StorageError as exc:
+                problems[index] = exc
+        return problems
+
+    def _send_bundle(self, destination: str, texts: list[str]) -> None:
+        body = (encode_bundle(texts) if len(texts) > 1
+                else base64.b64encode(texts[0].encode("utf-8")).decode("ascii"))
+        with self._in_flight:
+            self._queues.send(self._names.queue(destination), body)
+        if len(texts) > 1:
+            self.bundled += len(texts)
 
     def signal_form(self, envelope: Envelope) -> Envelope:
         if fits_signal(envelope):

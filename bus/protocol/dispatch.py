@@ -77,7 +77,7 @@ class Dispatcher:
         except Exception as exc:  # unknown outcome: these attempt ids are burnt
             for index in placing:
                 results[index] = exc
-        finishing: list[tuple[int, OutboxRecord]] = []
+        sending: list[tuple[int, OutboxRecord]] = []
         for index, slot in enumerate(slots):
             if results[index] is not None:
                 continue
@@ -87,10 +87,10 @@ class Dispatcher:
                 if _unplaced(record):
                     record = record.sending()
                     self._outbox.update(slot, record)
-                self.signal(record)
-                finishing.append((index, record))
+                sending.append((index, record))
             except Exception as exc:
                 results[index] = exc
+        finishing = self._signal_all(sending, results)
         try:
             self.confirm([record for _, record in finishing])
         except Exception as exc:
@@ -114,6 +114,22 @@ class Dispatcher:
                 except Exception as exc:
                     results[index] = exc
         return results
+
+    def _signal_all(self, sending: list[tuple[int, OutboxRecord]],
+                    results: list[Exception | None]) -> list[tuple[int, OutboxRecord]]:
+        """Step 4 for several records at once (their signals bundled per destination);
+        returns those whose every signal was sent."""
+        envelopes = [e for _, record in sending for e in record.outgoing]
+        problems = self._courier.signal_many(envelopes)
+        sent: list[tuple[int, OutboxRecord]] = []
+        for index, record in sending:
+            mine, problems = problems[:len(record.outgoing)], problems[len(record.outgoing):]
+            problem = _first_problem(mine)
+            if problem is None:
+                sent.append((index, record))
+            else:
+                results[index] = problem
+        return sent
 
     def _settle_individually(self, finishing: list[tuple[int, OutboxRecord]],
                              results: list[Exception | None],
@@ -192,14 +208,10 @@ class Dispatcher:
         """
         assert record.phase is Phase.SENDING or not record.outgoing
         chosen = range(len(record.outgoing)) if indexes is None else indexes
-        full: list[QueueFull] = []
-        for index in chosen:
-            try:
-                self._courier.signal(record.outgoing[index])
-            except QueueFull as exc:
-                full.append(exc)
-        if full:
-            raise full[0]
+        problem = _first_problem(
+            self._courier.signal_many([record.outgoing[i] for i in chosen]))
+        if problem is not None:
+            raise problem
 
     def finish(self, slot: Slot) -> None:
         """Steps 5-6, once every signal was sent at least once."""
@@ -240,6 +252,15 @@ class Dispatcher:
             self._courier.place(envelope)
         record = record.sending()
         return self._outbox.update(slot, record), record
+
+
+def _first_problem(problems: Sequence[StorageError | None]) -> StorageError | None:
+    """What stops a record: the first storage failure, else the first full queue (a full
+    queue does not stop the other copies, but the record waits in the outbox for room)."""
+    found = [p for p in problems if p is not None]
+    failed = [p for p in found if not isinstance(p, QueueFull)]
+    first = failed or found
+    return first[0] if first else None
 
 
 def _unplaced(record: OutboxRecord | None) -> bool:

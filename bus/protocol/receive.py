@@ -37,7 +37,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_at
 from bus.addressing import Addressing
 from bus.context import Context, PartitionState, StateError, check_key
 from bus.endpoint import Endpoint, Route
-from bus.envelope import BadSignal, Envelope, decode_signal, parse_envelope
+from bus.envelope import BadSignal, Envelope, decode_signal, parse_envelope, split_bundle
 from bus.messages import Message
 from bus.middleware import HandleNext, Middleware, handling_chain
 from bus.protocol.courier import due_in
@@ -128,6 +128,15 @@ class Incoming:
 class Delivery:
     outcome: Outcome
     handoff: Handoff | None = None
+    parts: tuple[Delivery, ...] = ()
+    """For a bundle (``bus.protocol.bundles``): each of its signals' delivery, in order; the
+    bundle's own ``outcome`` is then PROCESSED (every part reached an outcome)."""
+
+    @property
+    def handoffs(self) -> list[Handoff]:
+        """Every record left for an orchestration: this delivery's, or its parts'."""
+        own = [self.handoff] if self.handoff is not None else []
+        return own + [handoff for part in self.parts for handoff in part.handoffs]
 
 
 def _reads(route: Route, message: Message) -> tuple[str, ...]:
@@ -215,8 +224,14 @@ class Receiver:
 
         ``ack`` deletes the queue message; it is called once the outcome is durable. Raises
         HandlerFailed (the handler raised; redeliver) or a StorageError (outcome unknown;
-        redeliver). Both are safe to retry any number of times.
+        redeliver). Both are safe to retry any number of times. A bundle's signals are
+        handled in turn (``ack`` once all of them reached an outcome).
         """
+        bundled = split_bundle(body)
+        if bundled is not None:
+            outcome = self._deliver_bundle(bundled, dequeue_count, None).outcome
+            ack()
+            return outcome
         step = self._admit_body(body, dequeue_count, ack)
         if isinstance(step, Outcome):
             return step
@@ -233,11 +248,36 @@ class Receiver:
         committed but not dispatched: the returned ``handoff`` says which, for an
         orchestration to finish (see ``bus.hosting.functions``)."""
         body = base64.b64encode(raw).decode("ascii")
+        bundled = split_bundle(body)
+        if bundled is not None:
+            return self._deliver_bundle(bundled, dequeue_count, inline_max)
         try:
             envelope = parse_envelope(raw)
         except BadSignal as exc:
             return Delivery(self._poison_bad(body, None, str(exc), dequeue_count, ack))
         return self._handle(envelope, body, dequeue_count, ack, inline_max)
+
+    def _deliver_bundle(self, bodies: list[str], dequeue_count: int,
+                        inline_max: int | None) -> Delivery:
+        """Each signal of a bundle in turn (its ack is the host's, once all succeeded). The
+        first failure is raised after the others were tried: the host redelivers the bundle,
+        and the signals settled by then are duplicates on the next delivery."""
+        parts: list[Delivery] = []
+        failure: Exception | None = None
+        for body in bodies:
+            try:
+                envelope = decode_signal(body)
+            except BadSignal as exc:
+                parts.append(Delivery(self._poison_bad(body, None, str(exc), dequeue_count,
+                                                       _no_ack)))
+                continue
+            try:
+                parts.append(self._handle(envelope, body, dequeue_count, _no_ack, inline_max))
+            except Exception as exc:  # HandlerFailed, StorageError: raised after the rest
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+        return Delivery(Outcome.PROCESSED, parts=tuple(parts))
 
     def handle_many(self, batch: Sequence[Incoming]) -> list[Outcome | Exception]:
         """``handle`` for a worker's batch, with three storage calls shared by the batch

@@ -13,6 +13,7 @@ import pytest
 
 from bus import Bus
 from bus.adapters.memory import InMemoryStorage, NoFaults
+from bus.envelope import encode_bundle
 from bus.integrations.spark.options import Connection, OptionError, WriteOptions, write_options
 from bus.integrations.spark.reader import Drainer, staged_rows, subscribe
 from bus.integrations.spark.staging import Staging
@@ -249,3 +250,25 @@ def test_a_consumer_belongs_to_one_endpoint(bus: Bus, clock: Clock) -> None:
     other = Drainer(bus, Staging(bus.storage, ""), "elsewhere")
     with pytest.raises(OptionError, match="reads endpoint 'sink'"):
         StreamConsumer(other, Staging(bus.storage, ""), "c1", batch_size=4)
+
+
+def test_drain_takes_bundles_apart_and_leaves_the_rest_for_the_next_batch(bus: Bus) -> None:
+    """A bundle (``bus.protocol.bundles``) is several signals: each is taken (or poisoned)
+    alone; a batch's limit may split a bundle, whose rest comes back for the next batch."""
+    d = drainer(bus)
+    send(bus, 9)
+    queue = bus.names.queue("sink")
+    texts = []
+    for message in bus.storage.queues.receive(queue, max_messages=32, lease=30):
+        texts.append(base64.b64decode(message.body).decode())
+        bus.storage.queues.delete(queue, message)
+    bus.storage.queues.send(queue, encode_bundle([*texts[:4], '{"bus": 1}']))
+    bus.storage.queues.send(queue, encode_bundle(texts[4:]))
+    assert d.stage("r~sink~b1", 6, close_empty=True) == 6
+    assert d.stage("r~sink~b2", 100, close_empty=True) == 3
+    taken = [r[0] for key in ("r~sink~b1", "r~sink~b2")
+             for r in staged_rows(Staging(bus.storage, ""), key, None)]
+    assert sorted(taken) == sorted(f"m{i}" for i in range(9))
+    assert bus.storage.queues.depth(queue) == 0
+    assert bus.storage.queues.depth(bus.names.poison_queue("sink")) == 1
+    assert bus.inbox.all() == []

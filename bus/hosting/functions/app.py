@@ -84,8 +84,8 @@ class BusFunctions(df.Blueprint):  # type: ignore[misc]
         async def run(msg: func.QueueMessage, client: df.DurableOrchestrationClient) -> None:
             delivery = await asyncio.to_thread(trigger.deliver, msg.get_body(),
                                                msg.dequeue_count or 1)
-            if delivery.handoff is not None:
-                await start_dispatch(client, delivery.handoff)
+            for handoff in delivery.handoffs:  # a bundle's signals may leave several
+                await start_dispatch(client, handoff)
 
         run.__name__ = run.__qualname__ = trigger_function_name(endpoint)
         decorated = self.function_name(trigger_function_name(endpoint))(

@@ -3,13 +3,16 @@
 A Spark reader is an endpoint without handlers: its queue is ``names.queue(endpoint)`` and a
 message copy may be taken only while its inbox token is live (docs/protocol.md). Taking a batch:
 
-1. receive up to 32 signals; decode them (garbage, a wrong destination, a payload that is not
-   the expected contract: poison queue with the reason, token parked);
+1. receive up to 32 queue messages and take bundles apart into their signals
+   (``bus.protocol.bundles``); decode them (garbage, a wrong destination, a payload that is
+   not the expected contract: poison queue with the reason, token parked);
 2. read their tokens in one request: gone or fenced - a duplicate, delete it; parked - already
    in the poison queue; live - take it (fetch its payload, from the claim check if need be);
 3. stage the taken messages under the batch's key (row key: the attempt id, so a copy staged
    twice is one row);
-4. settle them: consume the token, delete the queue message and the claim-check blob.
+4. settle them: consume the token, delete the claim-check blob and the queue message (a
+   bundle's once all its signals are settled; signals beyond the batch's limit are left to the
+   next batch, and their message is made visible again at once).
 
 Staging comes before settling, so a crash in between loses nothing: the batch's rows are there
 and settling them again is harmless (``stage`` does it when it finds a batch that was never
@@ -37,9 +40,10 @@ from bus.envelope import BadSignal, Envelope, PayloadRef, decode_signal
 from bus.integrations.spark.options import OptionError
 from bus.integrations.spark.staging import MARKER, StagedRow, Staging, retried
 from bus.messages import Message
+from bus.protocol.bundles import Part, parts
 from bus.protocol.inbox import Token, TokenState
 from bus.serialization import PayloadError
-from bus.storage import EntityValue, NotFound, QueueMessage
+from bus.storage import EntityValue, NotFound
 
 log = logging.getLogger("bus.spark")
 
@@ -85,7 +89,7 @@ def _spark_type(annotation: Any) -> str:
 
 @dataclass(frozen=True)
 class _Taken:
-    message: QueueMessage
+    part: Part
     envelope: Envelope
     payload: str
 
@@ -129,9 +133,11 @@ class Drainer:
                                max_messages=min(32, limit - count), lease=self._lease)
             if not received:
                 break
-            taken, extra = self._sort(received, seen)
+            taken, extra = self._sort(parts(received), seen)
+            taken, later = taken[:limit - count], taken[limit - count:]
             self._staging.put(key, [self._row(t, count + i) for i, t in enumerate(taken)])
             self._settle(taken, extra)
+            self._release(later)
             count += len(taken)
         if count == 0 and not close_empty:
             return None
@@ -139,39 +145,41 @@ class Drainer:
         return count
 
     # -- sorting a received round ---------------------------------------------------------------
-    def _sort(self, received: list[QueueMessage],
-              seen: set[str]) -> tuple[list[_Taken], list[QueueMessage]]:
-        decoded: list[tuple[QueueMessage, Envelope]] = []
-        for message in received:
+    def _sort(self, received: list[Part],
+              seen: set[str]) -> tuple[list[_Taken], list[Part]]:
+        """The received signals (a bundle's taken apart: ``bus.protocol.bundles``) that can
+        be taken, and the copies of ones taken already; settles the rest."""
+        decoded: list[tuple[Part, Envelope]] = []
+        for part in received:
             try:
-                envelope = decode_signal(message.body)
+                envelope = decode_signal(part.body)
             except BadSignal as exc:
-                self._poison(message, None, str(exc), None)
+                self._poison(part, None, str(exc), None)
                 continue
             if envelope.destination != self.endpoint:  # its token is another endpoint's
-                self._poison(message, envelope, f"signal addressed to "
+                self._poison(part, envelope, f"signal addressed to "
                              f"{envelope.destination!r} arrived at {self.endpoint!r}", None)
                 continue
-            decoded.append((message, envelope))
+            decoded.append((part, envelope))
         tokens = retried(self._bus.inbox.read_many, self.endpoint,
                          [envelope.attempt_id for _, envelope in decoded])
         taken: list[_Taken] = []
-        extra: list[QueueMessage] = []
-        for message, envelope in decoded:
+        extra: list[Part] = []
+        for part, envelope in decoded:
             token = tokens.get(envelope.attempt_id)
             if envelope.attempt_id in seen:
-                extra.append(message)  # another copy of a signal taken already
+                extra.append(part)  # another copy of a signal taken already
             elif token is None or token.state is TokenState.FENCED:
-                self._duplicate(message, envelope)
+                self._duplicate(part, envelope)
             elif token.state in (TokenState.PARKED, TokenState.DEFERRED):
-                self._delete(message)  # in the poison queue, or set aside by a handler
+                self._delete(part)  # in the poison queue, or set aside by a handler
             else:
                 problem, payload = self._payload(envelope)
                 if payload is None:
-                    self._poison(message, envelope, problem, token)
+                    self._poison(part, envelope, problem, token)
                     continue
                 seen.add(envelope.attempt_id)
-                taken.append(_Taken(message, envelope, payload))
+                taken.append(_Taken(part, envelope, payload))
         return taken, extra
 
     def _payload(self, envelope: Envelope) -> tuple[str, str | None]:
@@ -210,11 +218,11 @@ class Drainer:
                          {"payload": taken.payload})
 
     # -- settling -------------------------------------------------------------------------------
-    def _settle(self, taken: list[_Taken], extra: list[QueueMessage]) -> None:
+    def _settle(self, taken: list[_Taken], extra: list[Part]) -> None:
         def settle(t: _Taken) -> None:
             # Consuming the token is what makes the take final; it must not be skipped.
             retried(self._bus.inbox.consume, self.endpoint, t.envelope.attempt_id)
-            self._delete(t.message)
+            self._delete(t.part)
             if t.envelope.payload_ref is not None:
                 retried(self._bus.payloads.delete, t.envelope.payload_ref)
 
@@ -233,24 +241,35 @@ class Drainer:
         with ThreadPoolExecutor(self._parallelism) as pool:
             list(pool.map(settle, rows))
 
-    def _delete(self, message: QueueMessage) -> None:
+    def _delete(self, part: Part) -> None:
+        """The part is settled; its queue message goes once all of its parts are."""
+        if not part.settled():
+            return
         # NotFound: the lease ran out; the copy comes back and is recognised as a duplicate.
         with contextlib.suppress(NotFound):
-            retried(self._bus.storage.queues.delete, self._queue, message)
+            retried(self._bus.storage.queues.delete, self._queue, part.message)
 
-    def _duplicate(self, message: QueueMessage, envelope: Envelope) -> None:
+    def _release(self, later: list[_Taken]) -> None:
+        """Parts left for the next batch (the limit was reached within a bundle): their
+        message comes back at once, its settled parts then duplicates."""
+        messages = {t.part.message.id: t.part for t in later if t.part.release()}
+        for part in messages.values():
+            with contextlib.suppress(NotFound):
+                retried(self._bus.storage.queues.extend, self._queue, part.message, lease=0)
+
+    def _duplicate(self, part: Part, envelope: Envelope) -> None:
         if envelope.payload_ref is not None:  # the token is gone: the blob is garbage
             retried(self._bus.payloads.delete, envelope.payload_ref)
-        self._delete(message)
+        self._delete(part)
 
-    def _poison(self, message: QueueMessage, envelope: Envelope | None, reason: str,
+    def _poison(self, part: Part, envelope: Envelope | None, reason: str,
                 token: Token | None) -> None:
         now = self._bus.clock()
-        retried(self._bus.poison_queue(self.endpoint).put, message.body, reason=reason,
-                dequeue_count=message.dequeue_count, now=now, envelope=envelope)
+        retried(self._bus.poison_queue(self.endpoint).put, part.body, reason=reason,
+                dequeue_count=part.dequeue_count, now=now, envelope=envelope)
         if token is not None and token.processable:
             retried(self._bus.inbox.park, token, now)
-        self._delete(message)
+        self._delete(part)
         log.warning("poisoned a message at %s: %s", self.endpoint, reason)
 
 

@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     safeguards = BREAKS[args.break_name][0] if args.break_name else Safeguards()
     totals: Counter[str] = Counter()
-    slot_cache: Counter[str] = Counter()
+    statistics: Counter[str] = Counter()
     messages = violations = 0
     failing: list[int] = []
     started = time.monotonic()
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         result = run_once(seed, safeguards)
         messages += result.messages
         totals.update(result.faults)
-        slot_cache.update(result.slot_cache)
+        statistics.update(result.statistics)
         if result.violations:
             violations += len(result.violations)
             failing.append(seed)
@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         "messages": messages, "faults_injected": sum(totals.values()),
         "faults_by_kind": dict(sorted(totals.items())), "violations": violations,
         "failing_runs": len(failing), "failing_seeds": failing[:20],
-        "slot_cache": {"hits": slot_cache["hits"], "stale": slot_cache["stale"]},
+        "slot_cache": {"hits": statistics["hits"], "stale": statistics["stale"]},
+        "bundled_signals": statistics["bundled"],
         "seconds": round(time.monotonic() - started, 1)}))
     return 1 if violations and not args.break_name else 0
 

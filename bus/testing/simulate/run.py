@@ -38,9 +38,10 @@ class RunResult:
     faults: dict[str, int]
     violations: list[str] = field(default_factory=list)
     steps: int = 0
-    slot_cache: Counter[str] = field(default_factory=Counter)
+    statistics: Counter[str] = field(default_factory=Counter)
     """Claims that started from a remembered slot ("hits") and those of them that lost their
-    compare-and-swap because someone else had written the slot since ("stale")."""
+    compare-and-swap because someone else had written the slot since ("stale"); signals sent
+    in bundles of two or more ("bundled")."""
 
 
 def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
@@ -54,7 +55,8 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
                   defer=rng.choice((0.0, 0.5, 1.0)), declared_reads=rng.random() < 0.5)
     # Drawn apart from ``rng`` so that the draws above stay what they were for each seed.
     layout = random.Random(seed ^ 0x51075)
-    settings = SETTINGS.model_copy(update={"slot_cache_size": layout.choice((0, 4, 1024))})
+    settings = SETTINGS.model_copy(update={"slot_cache_size": layout.choice((0, 4, 1024)),
+                                           "signal_bundles": layout.random() < 0.75})
     processes = layout.random() < 0.5  # each worker its own Bus: its own slot cache
 
     def new_bus() -> Bus:
@@ -96,7 +98,7 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
                         storage.queues.next_visible_at, MAX_STEPS)
     world.stop()
     result = RunResult(seed, roots * len(EXPECTED) + len(garbage), dict(world.counters.faults),
-                       steps=world.steps, slot_cache=_slot_cache(buses))
+                       steps=world.steps, statistics=_statistics(buses))
     if not settled:
         result.violations.append(f"did not quiesce within {MAX_STEPS} steps")
         return result
@@ -106,11 +108,12 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
     return result
 
 
-def _slot_cache(buses: list[Bus]) -> Counter[str]:
+def _statistics(buses: list[Bus]) -> Counter[str]:
     counts: Counter[str] = Counter()
     unique = {id(b): b for b in buses}.values()
     for receiver in (b.receiver(e) for b in unique for e in b.topology.endpoints):
         counts.update(hits=receiver.slots.hits, stale=receiver.slots.stale)
+    counts.update(bundled=sum(b.courier.bundled for b in unique))
     return counts
 
 
