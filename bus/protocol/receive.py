@@ -396,8 +396,11 @@ class Receiver:
 
     @staticmethod
     def _token_keys(d: _Decoded, slot: Slot) -> list[str]:
+        """The copy's token, and the slot record's (to tell whether it is finished) - not for
+        a remembered slot: its record is this process's own, remembered once finished, and
+        if the slot moved on since, the commit's compare-and-swap fails anyway."""
         keys = [d.envelope.attempt_id]
-        if slot.record is not None:
+        if slot.record is not None and not slot.cached:
             keys.append(slot.record.attempt_id)
         return keys
 

@@ -122,9 +122,11 @@ class AzureQueues:
         with _translated():
             pages = self._client(queue).receive_messages(
                 messages_per_page=max_messages, max_messages=max_messages,
-                visibility_timeout=max(1, math.ceil(lease)))
+                visibility_timeout=max(1, math.ceil(lease))).by_page()
+            # One request: iterating the pager would fetch another page whenever the first
+            # held fewer than max_messages (usually an empty one).
             return [QueueMessage(m.id, m.pop_receipt, m.content, m.dequeue_count)
-                    for m in pages]
+                    for m in next(pages, [])]
 
     def delete(self, queue: str, message: QueueMessage) -> None:
         with _translated():
