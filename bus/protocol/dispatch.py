@@ -201,10 +201,12 @@ class Dispatcher:
         return slot
 
     def signal(self, record: OutboxRecord, indexes: Iterable[int] | None = None) -> None:
-        """Step 4 for the chosen copies (all by default). Only for a record in phase SENDING.
+        """Step 4 for the chosen copies (all by default), bundled per destination
+        (``Courier.signal_many``). Only for a record in phase SENDING.
 
-        A copy whose destination queue is full does not stop the others; QueueFull is raised
-        after them, and the record waits in the outbox until a later ``complete`` finds room.
+        A copy that cannot be signalled does not stop the others. Afterwards the first storage
+        failure is raised, else QueueFull for a full destination: the record waits in the
+        outbox until a later ``complete`` finds room.
         """
         assert record.phase is Phase.SENDING or not record.outgoing
         chosen = range(len(record.outgoing)) if indexes is None else indexes
