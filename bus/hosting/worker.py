@@ -148,7 +148,8 @@ class Worker:
 
     def _ack(self, part: Part) -> None:
         """The part's outcome is durable; the message goes once all its parts are."""
-        if part.settled():
+        last = part.settled()
+        if last or not self.bus.safeguards.whole_bundle_ack:  # off: "ack-bundle-early"
             with self._settling(part.message) as current:
                 self._delete(current)
 

@@ -27,6 +27,8 @@ class Safeguards:
     """Finishing a record confirms its pending outgoing tokens before it consumes its own."""
     fence_origin: bool = True
     """The sweeper rewrites a pending token's origin slot before deleting it as an orphan."""
+    whole_bundle_ack: bool = True
+    """A worker deletes a bundle's queue message only once every signal in it is settled."""
 
 
 BREAKS: dict[str, tuple[Safeguards, str]] = {
@@ -46,4 +48,6 @@ BREAKS: dict[str, tuple[Safeguards, str]] = {
                      "finish a record without confirming its pending outgoing tokens"),
     "skip-origin-fence": (Safeguards(fence_origin=False),
                           "delete an orphan-looking pending token without fencing its slot"),
+    "ack-bundle-early": (Safeguards(whole_bundle_ack=False),
+                         "delete a bundle's queue message when its first signal is settled"),
 }
