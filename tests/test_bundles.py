@@ -17,7 +17,8 @@ from bus.hosting.functions.trigger import QueueTrigger
 from bus.hosting.worker import Worker
 from bus.protocol.bundles import MAX_PARTS, pack, parts
 from bus.protocol.receive import HandlerFailed, Outcome
-from bus.storage import NotFound, QueueMessage, Storage
+from bus.storage import QueueMessage, Storage
+from tests.orderflow import state
 
 
 class Split(Command):
@@ -56,11 +57,9 @@ def build(storage: Storage, prefix: str, *, bundles: bool = True) -> Bus:
 
 
 def count(bus: Bus, key: str) -> int:
-    try:
-        row = bus.storage.tables.get(bus.names.state_table("counter"), key, "n")
-    except NotFound:
-        return 0
-    return int(row.properties["n"])  # type: ignore[arg-type]
+    n = (state(bus, "counter", key, "n") or {"n": 0})["n"]
+    assert isinstance(n, int)
+    return n
 
 
 def waiting(bus: Bus, endpoint: str) -> list[QueueMessage]:

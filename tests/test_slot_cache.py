@@ -11,8 +11,8 @@ import pytest
 from bus import Bus, Command, Context, Endpoint, Settings
 from bus.protocol.outbox import Slot
 from bus.protocol.slotcache import REST, WINDOW, SlotCache
-from bus.storage import Entity, NotFound, Storage, TableOp
-from tests.test_reads import StateReads
+from bus.storage import Entity, Storage, TableOp
+from tests.test_reads import StateReads, balance, drain
 
 
 class Deposit(Command):
@@ -44,18 +44,12 @@ def counted(storage: Storage, prefix: str, *, cache: int = 1024) -> tuple[Bus, S
 
 
 def deposit(bus: Bus, account: str, amount: int) -> None:
-    from tests.test_reads import drain
-
     bus.send(Deposit(account=account, amount=amount))
     drain(bus)
 
 
 def value(bus: Bus, key: str, account: str = "a") -> int:
-    try:
-        row = bus.storage.tables.get(bus.names.state_table("bank"), account, key)
-    except NotFound:
-        return 0
-    return int(row.properties["n"])  # type: ignore[arg-type]
+    return balance(bus, account, key)
 
 
 def test_the_next_claim_of_a_partition_reads_nothing(storage: Storage, prefix: str) -> None:

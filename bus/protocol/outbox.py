@@ -32,6 +32,11 @@ _MAX_CHUNKS = 30  # an entity holds at most 1 MiB
 READS_PER_CLAIM = 13  # state rows fetched with the slot: one query holds 14 keys (adapter)
 
 
+def claimed_rows(reads: Sequence[str]) -> list[str]:
+    """The state rows a claim fetches with the slot: the first READS_PER_CLAIM distinct ones."""
+    return list(dict.fromkeys(reads))[:READS_PER_CLAIM]
+
+
 class ClaimLost(Exception):
     """The slot changed since it was loaded: another worker got there first."""
 
@@ -66,7 +71,7 @@ class Outbox:
             except NotFound:
                 return Slot(partition, None, None)
             return Slot(partition, _decode(row), row.etag)
-        keys = list(dict.fromkeys(reads))[:READS_PER_CLAIM]
+        keys = claimed_rows(reads)
         found = self._tables.get_many(self._table, partition, [SLOT_ROW, *keys])
         rows = {key: dict(found[key].properties) if key in found else None for key in keys}
         slot = found.get(SLOT_ROW)

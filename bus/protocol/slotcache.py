@@ -30,7 +30,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from bus.protocol.outbox import READS_PER_CLAIM, Slot
+from bus.protocol.outbox import Slot, claimed_rows
 from bus.storage import EntityValue, TableOp
 
 WINDOW = 64
@@ -66,8 +66,7 @@ class SlotCache:
                 self._resting -= 1
                 return None
             slot = self._slots.get(partition)
-            keys = list(dict.fromkeys(reads))[:READS_PER_CLAIM]
-            if slot is None or any(key not in slot.rows for key in keys):
+            if slot is None or any(key not in slot.rows for key in claimed_rows(reads)):
                 return None
             self._slots.move_to_end(partition)
             self._used += 1
