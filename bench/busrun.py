@@ -14,7 +14,7 @@ import hashlib
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bench.config import BenchConfig
 from bench.cpu import CpuUse
@@ -22,6 +22,7 @@ from bench.harness import BenchError, Flow, poll_until_stopped, run_load, shares
 from bench.wire import WireCounter, counting_requests
 from bus import Bus, Endpoint
 from bus.adapters.azure import AzureStorage
+from bus.envelope import split_bundle
 from bus.hosting.worker import Worker
 from bus.protocol.bundles import parts
 from bus.storage import QueueMessage, Queues, Storage
@@ -31,9 +32,11 @@ from devhost.azurite import azurite
 
 
 class AckProbe(ForwardingQueues):
-    """A Queues wrapper that reports each acknowledgement (delete) of a message of a watched
-    queue, on the thread that made it - once the message's processing finished (alone or,
-    with the Worker's batched path, together with the rest of its batch)."""
+    """A Queues wrapper that reports each acknowledgement (delete) of a signal of a watched
+    queue, on the thread that made it - once the signal's processing finished (alone or,
+    with the Worker's batched path, together with the rest of its batch). A bundle is
+    reported as its signals, each as a message of its own body (grouped client sends arrive
+    in bundles)."""
 
     def __init__(self, inner: Queues) -> None:
         super().__init__(inner)
@@ -50,8 +53,10 @@ class AckProbe(ForwardingQueues):
             # copy that comes back as a duplicate only after its lease (10 minutes). Each
             # signal is reported once, by its body: a redelivered copy, or a second copy a
             # sender's retry put on the queue (at-least-once), has the same body.
-            if queue in self.watched and self._first_ack(message.body):
-                self.on_ack(message)
+            if queue in self.watched:
+                for body in split_bundle(message.body) or [message.body]:
+                    if self._first_ack(body):
+                        self.on_ack(replace(message, body=body))
 
     def _first_ack(self, body: str) -> bool:
         digest = hashlib.sha1(body.encode()).digest()
@@ -102,6 +107,8 @@ class LoadOutcome:
     client_requests: dict[tuple[str, str], int]
     """HTTP requests of the producer threads (the client's sends)."""
     cpu: CpuUse
+    client_group: dict[str, int]
+    """The client's send group: flushes, and the copies that shared one with others."""
 
 
 def drive(inst: Installation, cfg: BenchConfig, *, consume: Sequence[str], messages: int,
@@ -152,8 +159,11 @@ def drive(inst: Installation, cfg: BenchConfig, *, consume: Sequence[str], messa
     for crew in crews:
         for worker in crew:
             outcomes.update(worker.outcomes)
+    group = inst.client.sender.group
     return LoadOutcome(flow, outcomes, ops, errors, inst.wire.side("consumer"),
-                       inst.wire.side("producer"), used)
+                       inst.wire.side("producer"), used,
+                       {"flushes": group.flushes if group else 0,
+                        "grouped": group.grouped if group else 0})
 
 
 def check_outcomes(scenario: str, outcomes: Counter[str]) -> None:

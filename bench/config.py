@@ -14,8 +14,11 @@ class BenchConfig:
     concurrency: int = 8
     """Consumer threads in every scenario. Kept at most 10: one SDK client keeps 10 pooled
     connections per service, and more threads would open and drop connections."""
-    producers: int = 4
-    """Producer threads, running concurrently with the consumers."""
+    producers: int = 8
+    """Producer threads, running concurrently with the consumers. As many as consumers: with
+    fewer (4 until 2026-11-22) the producers were the bottleneck of the raw hop as well as
+    of the exactly-once one (the raw consumers spent much of the run polling an empty
+    queue), so the scenarios measured their senders rather than their consumers."""
     batch: int = 16
     """Messages leased per receive call, raw and bus alike (the Worker's default)."""
     window: int = 256

@@ -133,6 +133,11 @@ def _wire_table(result: ScenarioResult, unit: str) -> list[str]:
         lines += ["", f"Not included: the client's {sent} requests to send the {result.units} "
                   f"incoming messages ({sent / result.units:.2f} per message: "
                   + ", ".join(f"{s}.{o} {n}" for (s, o), n in sorted(client.items())) + ")."]
+    group = result.extra.get("client_group")
+    if group:
+        lines.append(f"The client's concurrent sends went out in {group['flushes']} flushes; "
+                     f"{group['grouped']} copies shared one with others (one token transaction "
+                     "and one bundle per destination: `bus.protocol.sendgroup`).")
     return lines
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random as _random
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -32,6 +33,7 @@ from bus.protocol.poison import PoisonQueue
 from bus.protocol.receive import Receiver
 from bus.protocol.safeguards import Safeguards
 from bus.protocol.send import Sender
+from bus.protocol.sendgroup import Gate
 from bus.protocol.slotcache import SlotCache
 from bus.protocol.sweeper import Sweeper
 from bus.protocol.topics import Topics
@@ -68,7 +70,8 @@ class Bus:
     ``middleware`` runs around every handler and every send, outside each endpoint's own
     (``bus.middleware``). ``max_queue_depths`` bounds the queues of endpoints this app sends to
     but does not define (an endpoint's own ``max_queue_depth`` wins). ``clock``, ``new_id``,
-    ``sleep`` and ``random`` are injectable so the simulation can make runs deterministic;
+    ``sleep``, ``random`` and ``gate`` (what concurrent senders wait on,
+    ``bus.protocol.sendgroup``) are injectable so the simulation can make runs deterministic;
     leave them alone otherwise.
     """
 
@@ -80,7 +83,8 @@ class Bus:
                  safeguards: Safeguards | None = None,
                  random: Callable[[], float] = _random.random,
                  middleware: Sequence[Middleware] = (),
-                 max_queue_depths: Mapping[str, int] | None = None) -> None:
+                 max_queue_depths: Mapping[str, int] | None = None,
+                 gate: Callable[[], Gate] = threading.Event) -> None:
         self.storage = storage
         self.middleware = check_middleware("Bus", middleware)
         self.names = Names(prefix)
@@ -102,8 +106,10 @@ class Bus:
             room=Room(queues=storage.queues, names=self.names, clock=clock,
                       limits=depth_limits,
                       ttl=self.settings.depth_check_seconds))
-        self._sender = Sender(courier=self.courier, new_id=new_id, sleep=sleep,
-                              attempts=self.settings.send_attempts)
+        self.sender = Sender(courier=self.courier, new_id=new_id, sleep=sleep,
+                              attempts=self.settings.send_attempts,
+                              group=self.settings.group_sends, gate=gate,
+                              fence=self.safeguards.fence_unknown_sends)
         self._receivers: dict[str, Receiver] = {}
         self._sleep = sleep
         self._random = random
@@ -152,7 +158,7 @@ class Bus:
         message_id = message_id or self.new_id()
 
         def token_and_signal(out: Outgoing) -> None:
-            self._sender.send(self._envelopes(out.message, out.to, out.message_id,
+            self.sender.send(self._envelopes(out.message, out.to, out.message_id,
                                               correlation_id, out.headers, delay=out.delay))
 
         self._through_middleware(self._outgoing(message, message_id, to, headers, delay),

@@ -28,6 +28,10 @@ class Settings(BaseModel):
     (``bus.protocol.bundles``; docs/envelope.md, "Bundles"). Every receiver of this package
     takes bundles apart; turn it off only for queues read by a consumer of your own that
     does not."""
+    group_sends: bool = True
+    """Concurrent ``send``/``publish`` calls of one ``Bus`` share their requests: the tokens of
+    everything waiting in one transaction per destination, the signals in one bundle
+    (``bus.protocol.sendgroup``). A lone sender never waits. Off: two requests per copy."""
     slot_cache_size: int = Field(1024, ge=0)
     """Outbox slots (state partitions) each endpoint's receiver remembers from its own commits,
     so the next message of a partition is claimed without reading the slot again

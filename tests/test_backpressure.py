@@ -3,6 +3,8 @@ message waits in the sender's outbox; bounded in-flight sends - in-memory and Az
 
 from __future__ import annotations
 
+import base64
+import json
 import threading
 import time
 
@@ -19,6 +21,7 @@ from bus import (
     Settings,
 )
 from bus.hosting.worker import Worker
+from bus.protocol.bundles import parts
 from bus.storage import NotFound, Queues, Storage
 from bus.testing.transport import ForwardingQueues
 
@@ -35,7 +38,7 @@ class Unrouted(Command):
     pass
 
 
-def build(storage: Storage, prefix: str, *, in_flight: int = 32) -> Bus:
+def build(storage: Storage, prefix: str, *, in_flight: int = 32, group: bool = True) -> Bus:
     orders = Endpoint("orders")
     warehouse = Endpoint("warehouse", max_queue_depth=2)
 
@@ -50,7 +53,7 @@ def build(storage: Storage, prefix: str, *, in_flight: int = 32) -> Bus:
 
     # depth_check_seconds=0: every signal looks at the queue (the default trusts a depth 1 s).
     bus = Bus(storage, [orders, warehouse], prefix=prefix, settings=Settings(
-        depth_check_seconds=0, max_in_flight_sends=in_flight))
+        depth_check_seconds=0, max_in_flight_sends=in_flight, group_sends=group))
     bus.provision()
     return bus
 
@@ -135,9 +138,11 @@ class Overlap(ForwardingQueues):
         self._lock = threading.Lock()
         self.now = 0
         self.most = 0
+        self.sends = 0
 
     def send(self, queue: str, body: str, *, delay: float = 0.0) -> None:
         with self._lock:
+            self.sends += 1
             self.now += 1
             self.most = max(self.most, self.now)
         try:
@@ -151,12 +156,29 @@ class Overlap(ForwardingQueues):
 @pytest.mark.parametrize(("max_in_flight", "bus_limit", "bound"), [(4, 32, 4), (8, 2, 2)])
 def test_send_many_keeps_a_bounded_number_of_sends_in_flight(
         storage: Storage, prefix: str, max_in_flight: int, bus_limit: int, bound: int) -> None:
+    # Without grouping each send makes its own requests, as many at once as allowed.
     overlap = Overlap(storage.queues)
-    bus = build(Storage(overlap, storage.blobs, storage.tables), prefix, in_flight=bus_limit)
+    bus = build(Storage(overlap, storage.blobs, storage.tables), prefix, in_flight=bus_limit,
+                group=False)
     ids = bus.send_many([Order(order_id=f"o{i}") for i in range(24)],
                         max_in_flight=max_in_flight)
     assert len(set(ids)) == 24 and depth(bus, "orders") == 24
     assert 2 <= overlap.most <= bound
+
+
+@pytest.mark.parametrize("max_in_flight", [4, 8])
+def test_send_many_groups_its_sends(storage: Storage, prefix: str, max_in_flight: int) -> None:
+    # With grouping (the default) the sends that wait while one flush is on the wire share
+    # the next: one flush at a time, fewer queue messages than sends, every signal there.
+    overlap = Overlap(storage.queues)
+    bus = build(Storage(overlap, storage.blobs, storage.tables), prefix)
+    ids = bus.send_many([Order(order_id=f"o{i}") for i in range(24)],
+                        max_in_flight=max_in_flight)
+    assert len(set(ids)) == 24 and overlap.most == 1
+    assert overlap.sends == depth(bus, "orders") < 24
+    leased = storage.queues.receive(bus.names.queue("orders"), max_messages=32, lease=60)
+    assert sorted(json.loads(base64.b64decode(p.body))["message_id"]
+                  for p in parts(leased)) == sorted(ids)
 
 
 def test_send_many_reports_which_sends_failed(storage: Storage, prefix: str) -> None:

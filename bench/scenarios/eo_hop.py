@@ -56,6 +56,7 @@ def run(cfg: BenchConfig) -> ScenarioResult:
                   f"queue messages: bundles); outcomes {dict(load.outcomes)}"),
         extra={"ops": load.ops, "errors": load.errors, "requests": load.requests,
                "client_requests": load.client_requests, "cpu": load.cpu,
+               "client_group": load.client_group,
                "outcomes": dict(load.outcomes),
                "pong_signals": pongs, "pong_messages": pong_messages,
                "slot_cache": {"hits": slots.hits, "stale": slots.stale}})

@@ -46,5 +46,6 @@ def run(cfg: BenchConfig) -> ScenarioResult:
                   f"outcomes {dict(load.outcomes)}"),
         extra={"ops": load.ops, "errors": load.errors, "requests": load.requests,
                "client_requests": load.client_requests, "cpu": load.cpu,
+               "client_group": load.client_group,
                "outcomes": dict(load.outcomes),
                "events": events})

@@ -29,6 +29,9 @@ class Safeguards:
     """The sweeper rewrites a pending token's origin slot before deleting it as an orphan."""
     whole_bundle_ack: bool = True
     """A worker deletes a bundle's queue message only once every signal in it is settled."""
+    fence_unknown_sends: bool = True
+    """A client send whose token request has an unknown outcome (alone or in a group) fences
+    that attempt id and tries again with a fresh one."""
 
 
 BREAKS: dict[str, tuple[Safeguards, str]] = {
@@ -50,4 +53,7 @@ BREAKS: dict[str, tuple[Safeguards, str]] = {
                           "delete an orphan-looking pending token without fencing its slot"),
     "ack-bundle-early": (Safeguards(whole_bundle_ack=False),
                          "delete a bundle's queue message when its first signal is settled"),
+    "reuse-send-ids": (Safeguards(fence_unknown_sends=False),
+                       "a client send retries a token request of unknown outcome with the same "
+                       "attempt id (an existing token counts as created)"),
 }

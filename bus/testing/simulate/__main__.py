@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         "failing_runs": len(failing), "failing_seeds": failing[:20],
         "slot_cache": {"hits": statistics["hits"], "stale": statistics["stale"]},
         "bundled_signals": statistics["bundled"],
+        "grouped_sends": {"grouped": statistics["grouped"], "repaired": statistics["repaired"]},
         "seconds": round(time.monotonic() - started, 1)}))
     return 1 if violations and not args.break_name else 0
 

@@ -19,7 +19,7 @@ from bus.protocol.records import Phase
 from bus.protocol.safeguards import Safeguards
 from bus.storage import StorageError
 from bus.testing.simulate.workload import EXPECTED, LARGE, Knobs, Start, build
-from bus.testing.simulate.world import Actor, FaultProfile, World
+from bus.testing.simulate.world import Actor, FaultProfile, Gate, World
 
 MAX_STEPS = 200_000
 SETTINGS = Settings(
@@ -41,7 +41,8 @@ class RunResult:
     statistics: Counter[str] = field(default_factory=Counter)
     """Claims that started from a remembered slot ("hits") and those of them that lost their
     compare-and-swap because someone else had written the slot since ("stale"); signals sent
-    in bundles of two or more ("bundled")."""
+    in bundles of two or more ("bundled"); client sends that shared a flush ("grouped") and
+    those a flush left undone, finished alone ("repaired")."""
 
 
 def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
@@ -56,26 +57,33 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
     # Drawn apart from ``rng`` so that the draws above stay what they were for each seed.
     layout = random.Random(seed ^ 0x51075)
     settings = SETTINGS.model_copy(update={"slot_cache_size": layout.choice((0, 4, 1024)),
-                                           "signal_bundles": layout.random() < 0.75})
+                                           "signal_bundles": layout.random() < 0.75,
+                                           "group_sends": layout.random() < 0.75})
     processes = layout.random() < 0.5  # each worker its own Bus: its own slot cache
+    senders = layout.choice((1, 2, 6))  # client actors sending at once (their sends group)
 
     def new_bus() -> Bus:
         return Bus(storage, build(knobs, world.rng.random, world.new_id), prefix="sim",
                    settings=settings, clock=world.now, new_id=world.new_id,
-                   sleep=world.sleep, safeguards=safeguards, random=world.rng.random)
+                   sleep=world.sleep, safeguards=safeguards, random=world.rng.random,
+                   gate=lambda: Gate(world))
 
     bus = new_bus()
     bus.provision()
     buses = [bus]
-    roots = rng.randint(2, 6)
+    roots = range(rng.randint(2, 6))
     garbage = _garbage(bus, world, rng.randint(0, 2))
     # A client using ``send`` must not crash: without the send ledger, re-sending after a crash
     # sends twice, by design (see bus.protocol.send). With ``send_once`` (half of the runs) it
     # crashes like everyone else and starts over from its first message. Its storage calls
     # fail in every way either way.
     once = rng.random() < 0.5
-    client = Actor("client", _client(bus, world, roots, garbage, once), crashable=once)
-    world.spawn(client)
+    senders = 1 if once else senders  # the send ledger's path does not group
+    clients = [Actor(f"client#{index}", _client(bus, world, roots[index::senders],
+                                                garbage if index == 0 else [], once),
+                     crashable=once) for index in range(senders)]
+    for client in clients:
+        world.spawn(client)
     for endpoint in bus.topology.endpoints:
         for index in range(rng.randint(2, 3)):
             own = new_bus() if processes else bus
@@ -87,7 +95,7 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
     world.spawn(Actor("releaser", _releaser(bus, world, "c")))
 
     def quiescent() -> bool:
-        return client.finished and not any(
+        return all(c.finished for c in clients) and not any(
             storage.queues.bodies(bus.names.queue(e)) for e in bus.topology.endpoints
         ) and not any(_waiting(t) for t in bus.inbox.all())
 
@@ -97,14 +105,15 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
     settled = world.run(quiescent, expire_lease,
                         storage.queues.next_visible_at, MAX_STEPS)
     world.stop()
-    result = RunResult(seed, roots * len(EXPECTED) + len(garbage), dict(world.counters.faults),
+    result = RunResult(seed, len(roots) * len(EXPECTED) + len(garbage),
+                       dict(world.counters.faults),
                        steps=world.steps, statistics=_statistics(buses))
     if not settled:
         result.violations.append(f"did not quiesce within {MAX_STEPS} steps")
         return result
     world.clock += SETTINGS.ghost_horizon_seconds + 1
     bus.sweeper().sweep()
-    result.violations.extend(check(bus, storage, roots, [body for body, _ in garbage]))
+    result.violations.extend(check(bus, storage, len(roots), [body for body, _ in garbage]))
     return result
 
 
@@ -113,15 +122,17 @@ def _statistics(buses: list[Bus]) -> Counter[str]:
     unique = {id(b): b for b in buses}.values()
     for receiver in (b.receiver(e) for b in unique for e in b.topology.endpoints):
         counts.update(hits=receiver.slots.hits, stale=receiver.slots.stale)
-    counts.update(bundled=sum(b.courier.bundled for b in unique))
+    counts.update(bundled=sum(b.courier.bundled for b in unique),
+                  grouped=sum(b.sender.group.grouped for b in unique if b.sender.group),
+                  repaired=sum(b.sender.repaired for b in unique))
     return counts
 
 
 # -- actors -------------------------------------------------------------------------------------
-def _client(bus: Bus, world: World, roots: int,
+def _client(bus: Bus, world: World, roots: range,
             garbage: list[tuple[str, Envelope | None]], once: bool) -> Callable[[], None]:
     def send_all() -> None:
-        for root in range(roots):
+        for root in roots:
             pad = "x" * LARGE if world.rng.random() < 0.3 else ""
             if once:
                 bus.send_once(Start(root=root, pad=pad), message_id=f"root{root}")

@@ -64,6 +64,23 @@ class Actor:
     glet: greenlet | None = None
 
 
+class Gate:
+    """``threading.Event`` for actors: waiting yields to the scheduler (virtual time) instead
+    of blocking the one thread every greenlet runs on (the client's send group waits on it)."""
+
+    def __init__(self, world: World) -> None:
+        self._world = world
+        self._open = False
+
+    def set(self) -> None:
+        self._open = True
+
+    def wait(self, timeout: float | None = None) -> bool:
+        while not self._open:
+            self._world.sleep(0.01)
+        return True
+
+
 @dataclass
 class Counters:
     faults: dict[str, int] = field(default_factory=dict)
