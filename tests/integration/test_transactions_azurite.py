@@ -9,11 +9,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from azure.core import MatchConditions
 from azure.core.pipeline.transport import RequestsTransport
 from azure.data.tables import TableServiceClient, UpdateMode
 
 from bus.adapters.azure import transactions
-from bus.adapters.azure.store import AzureStorage, _operation
+from bus.adapters.azure.store import AzureStorage, _row
 from bus.storage import Conflict, Entity, NotFound, PreconditionFailed, TableOp
 
 pytestmark = pytest.mark.azurite
@@ -51,38 +52,62 @@ def recorded(azurite_connection: str) -> Iterator[tuple[Any, Recording]]:
     yield service.get_table_client(table), transport
 
 
+def _operation(op: TableOp) -> tuple[Any, ...]:
+    """The SDK's ``submit_transaction`` tuple for ``op``, as the adapter means it."""
+    row = _row(op.entity)
+    conditions: dict[str, Any] = {}
+    if op.etag is not None:
+        conditions = {"etag": op.etag, "match_condition": MatchConditions.IfNotModified}
+    if op.kind == "insert":
+        return ("create", row)
+    if op.kind == "delete":
+        return ("delete", row, conditions)
+    if op.etag is None:
+        return ("upsert", row, {"mode": UpdateMode.REPLACE})
+    return ("update", row, {"mode": UpdateMode.REPLACE, **conditions})
+
+
+def _ours(op: TableOp) -> transactions.Operation:
+    return (op.kind, _row(op.entity), op.etag)
+
+
 def _normalised(body: bytes) -> bytes:
     for pattern, replacement in _VOLATILE:
         body = pattern.sub(replacement, body)
     return body
 
 
-def _ops(etag: str) -> list[TableOp]:
+PK = "p \u00e9'+%"  # keys the URL must double-quote and percent-encode
+
+
+def _ops(etags: dict[str, str]) -> list[TableOp]:
     return [
-        TableOp("insert", Entity("p", "new", {"n": 1, "f": 1.5, "b": True, "s": "h\u00e9 'q'",
-                                             "raw": b"\x00\x01"})),
-        TableOp("replace", Entity("p", "old", {"n": 2}), etag),
-        TableOp("replace", Entity("p", "any", {"n": 3})),
-        TableOp("delete", Entity("p", "gone", {})),
+        TableOp("insert", Entity(PK, "new", {"n": 1, "f": 1.5, "b": True, "s": "h\u00e9 'q'",
+                                            "raw": b"\x00\x01", "big": 2**40})),
+        TableOp("replace", Entity(PK, "old 'x'", {"n": 2}), etags["old 'x'"]),
+        TableOp("replace", Entity(PK, "any", {"n": 3})),
+        TableOp("delete", Entity(PK, "gone \u00e9", {})),
+        TableOp("delete", Entity(PK, "gone'2", {}), etags["gone'2"]),
     ]
+
+
+def _existing(client: Any) -> dict[str, str]:
+    """(Re)create the rows the operations expect; their ETags."""
+    for key in ("old 'x'", "gone \u00e9", "gone'2"):
+        client.upsert_entity({"PartitionKey": PK, "RowKey": key})
+    return {key: client.get_entity(PK, key).metadata["etag"] for key in ("old 'x'", "gone'2")}
 
 
 def test_the_body_is_the_sdks_byte_for_byte(recorded: tuple[Any, Recording]) -> None:
     client, transport = recorded
-    for key in ("old", "gone"):
-        client.create_entity({"PartitionKey": "p", "RowKey": key})
-    etag = client.get_entity("p", "old").metadata["etag"]
-    ops = _ops(etag)
-    client.submit_transaction([_operation(op) for op in ops])
-    client.delete_entity("p", "new")
-    client.create_entity({"PartitionKey": "p", "RowKey": "gone"})
-    etag = client.get_entity("p", "old").metadata["etag"]
-    ops = _ops(etag)
-    parts = transactions.submit(client, [_operation(op) for op in ops])
+    client.submit_transaction([_operation(op) for op in _ops(_existing(client))])
+    client.delete_entity(PK, "new")
+    parts = transactions.submit(client, [_ours(op) for op in _ops(_existing(client))])
     sdk, ours = transport.sent
     assert _normalised(ours) == _normalised(sdk)
-    assert [p.status for p in parts] == [201, 204, 204, 204]
-    assert parts[0].headers["etag"] == client.get_entity("p", "new").metadata["etag"]
+    assert [p.status for p in parts] == [201, 204, 204, 204, 204]
+    assert parts[0].headers["etag"] == client.get_entity(PK, "new").metadata["etag"]
+    assert client.get_entity(PK, "new")["big"].value == 2**40
 
 
 def test_responses_read_as_the_sdk_reads_them(recorded: tuple[Any, Recording]) -> None:

@@ -244,7 +244,8 @@ class AzureTables:
 
     def transact(self, table: str, ops: Sequence[TableOp]) -> list[str]:
         with _translated():
-            parts = transactions.submit(self._client(table), [_operation(op) for op in ops])
+            parts = transactions.submit(self._client(table), [
+                (op.kind, _row(op.entity), op.etag) for op in ops])
         failed = [part for part in parts if not 200 <= part.status < 300]
         if failed or len(parts) != len(ops):
             raise _part_error(failed[0] if failed else None, len(parts), len(ops))
@@ -267,20 +268,6 @@ class AzureTables:
 
 
 _KEYS_PER_QUERY = 14
-
-
-def _operation(op: TableOp) -> tuple[Any, ...]:
-    row = _row(op.entity)
-    conditions: dict[str, Any] = {}
-    if op.etag is not None:
-        conditions = {"etag": op.etag, "match_condition": MatchConditions.IfNotModified}
-    if op.kind == "insert":
-        return ("create", row)
-    if op.kind == "delete":
-        return ("delete", row, conditions)
-    if op.etag is None:
-        return ("upsert", row, {"mode": UpdateMode.REPLACE})
-    return ("update", row, {"mode": UpdateMode.REPLACE, **conditions})
 
 
 def _part_error(part: transactions.PartResponse | None, answers: int,
