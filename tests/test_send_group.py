@@ -69,6 +69,7 @@ class HeldQueues(ForwardingQueues):
     def __init__(self, inner: Any) -> None:
         super().__init__(inner)
         self.release = threading.Event()
+        self.holding = threading.Event()
         self.bodies: list[str] = []
         self._first = True
         self.fail_next = 0
@@ -76,6 +77,7 @@ class HeldQueues(ForwardingQueues):
     def send(self, queue: str, body: str, *, delay: float = 0.0) -> None:
         if self._first:
             self._first = False
+            self.holding.set()
             assert self.release.wait(30)
         if self.fail_next:
             self.fail_next -= 1
@@ -190,11 +192,13 @@ def test_a_leader_that_dies_mid_flush_does_not_strand_the_others(storage: Storag
         def __init__(self, inner: Any) -> None:
             super().__init__(inner)
             self.release = threading.Event()
+            self.holding = threading.Event()
             self.died = False
 
         def send(self, queue: str, body: str, *, delay: float = 0.0) -> None:
             if not self.died:
                 self.died = True
+                self.holding.set()
                 assert self.release.wait(30)
                 raise KeyboardInterrupt  # not a storage error: the leader's thread ends here
             self._inner.send(queue, body, delay=delay)
@@ -216,7 +220,59 @@ def test_a_leader_that_dies_mid_flush_does_not_strand_the_others(storage: Storag
             time.sleep(0.005)
         dying.release.set()
 
-    in_threads([first, lambda: bus.send(Add(key="k1")), lambda: bus.send(Add(key="k2")),
+    leader = threading.Thread(target=first)
+    leader.start()
+    assert dying.holding.wait(30)  # k0 leads and is on the wire: the others must wait
+    in_threads([lambda: bus.send(Add(key="k1")), lambda: bus.send(Add(key="k2")),
                 release_when_waiting])
+    leader.join(30)
     assert len(interrupted) == 1
     assert drain(bus) == 2 and counts(bus, ["k1", "k2"]) == [1, 1]
+
+
+def test_a_sender_interrupted_while_waiting_leaves_the_group_usable(storage: Storage,
+                                                                    prefix: str) -> None:
+    class Interrupted(threading.Event):
+        """The gate of the first caller that has to wait: its wait is interrupted (Ctrl-C)."""
+
+        fired = False
+
+        def wait(self, timeout: float | None = None) -> bool:
+            if not Interrupted.fired:
+                Interrupted.fired = True
+                raise KeyboardInterrupt
+            return super().wait(timeout)
+
+    held = HeldQueues(storage.queues)
+    counter = Endpoint("counter")
+
+    @counter.handles(Add, partition=lambda m: m.key)
+    def add(message: Add, ctx: Context) -> None:
+        row = ctx.state.get("n") or {"n": 0}
+        ctx.state.put("n", {"n": int(row["n"] or 0) + 1})
+
+    bus = Bus(Storage(held, storage.blobs, storage.tables), [counter], prefix=prefix,
+              gate=Interrupted)
+    bus.provision()
+    interrupted: list[BaseException] = []
+
+    def second() -> None:
+        try:
+            bus.send(Add(key="k1"))
+        except KeyboardInterrupt as exc:
+            interrupted.append(exc)
+        held.release.set()  # the first send goes on only once the second gave up
+
+    leader = threading.Thread(target=lambda: bus.send(Add(key="k0")))
+    leader.start()
+    assert held.holding.wait(30)  # k0 leads and is on the wire: k1 has to wait
+    second()
+    leader.join(30)
+    assert len(interrupted) == 1
+    group = bus.sender.group
+    assert group is not None and group._waiting == [] and not group._busy
+    third = threading.Thread(target=lambda: bus.send(Add(key="k2")), daemon=True)
+    third.start()
+    third.join(30)
+    assert not third.is_alive()  # it would wait forever if the group still thought it busy
+    assert drain(bus) == 2 and counts(bus, ["k0", "k1", "k2"]) == [1, 0, 1]

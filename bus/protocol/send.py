@@ -37,7 +37,7 @@ class Sender:
         self._attempts = attempts
         self.group = SendGroup(courier, gate) if group else None
         self.repaired = 0
-        """Copies a group's flush left undone, finished alone (statistics)."""
+        """Copies a group's flush left undone, finished alone (statistics; not locked)."""
 
     def send(self, envelopes: list[Envelope]) -> None:
         """Raises QueueFull before anything is written when a destination's queue is full."""
@@ -54,11 +54,11 @@ class Sender:
         """Do what the group's flush left undone for this caller's copies."""
         problems = ticket.problems or [None] * len(ticket.envelopes)
         for envelope, problem in zip(ticket.envelopes, problems, strict=True):
-            if not ticket.placed or ticket.problems is None or problem is not None:
-                self.repaired += 1
             if not ticket.placed:
+                self.repaired += 1
                 self._alone(self._replaced(envelope))
             elif ticket.problems is None or problem is not None:
+                self.repaired += 1
                 self._retrying()(self._courier.signal, envelope, check_room=False)
 
     def _alone(self, envelope: Envelope) -> None:

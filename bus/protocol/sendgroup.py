@@ -82,11 +82,38 @@ class SendGroup:
             leads = not self._busy
             self._busy = True
         if not leads:
-            ticket.gate.wait()
+            try:
+                ticket.gate.wait()
+            except BaseException:  # interrupted while waiting (Ctrl-C): leave the group
+                self._leave(ticket)
+                raise
             if not ticket.lead:
                 return ticket  # another caller's flush took it
         self._lead()
         return ticket
+
+    def _leave(self, ticket: Ticket) -> None:
+        """Take a caller that stops waiting out of the line; if it had just been chosen to
+        lead the next flush, choose the next one (else every later send would wait forever)."""
+        with self._lock:
+            if ticket not in self._waiting:
+                return  # a flush has it already
+            self._waiting.remove(ticket)
+            if not ticket.lead:
+                return
+            successor = self._next_leader()
+        if successor is not None:
+            successor.gate.set()
+
+    def _next_leader(self) -> Ticket | None:
+        """With the lock held: mark the caller that leads the next flush, or, when nobody
+        waits, note that no flush runs."""
+        successor = self._waiting[0] if self._waiting else None
+        if successor is not None:
+            successor.lead = True
+        else:
+            self._busy = False
+        return successor
 
     def _lead(self) -> None:
         with self._lock:
@@ -95,11 +122,7 @@ class SendGroup:
             self._flush(group)
         finally:  # also when this caller dies half-way: never leave the others waiting
             with self._lock:
-                successor = self._waiting[0] if self._waiting else None
-                if successor is not None:
-                    successor.lead = True
-                else:
-                    self._busy = False
+                successor = self._next_leader()
             if successor is not None:
                 successor.gate.set()
             for ticket in group:
