@@ -22,7 +22,6 @@ from bench.harness import BenchError, Flow, poll_until_stopped, run_load, shares
 from bench.wire import WireCounter, counting_requests
 from bus import Bus, Endpoint
 from bus.adapters.azure import AzureStorage
-from bus.envelope import split_bundle
 from bus.hosting.worker import Worker
 from bus.protocol.bundles import parts
 from bus.storage import QueueMessage, Queues, Storage
@@ -54,9 +53,9 @@ class AckProbe(ForwardingQueues):
             # signal is reported once, by its body: a redelivered copy, or a second copy a
             # sender's retry put on the queue (at-least-once), has the same body.
             if queue in self.watched:
-                for body in split_bundle(message.body) or [message.body]:
-                    if self._first_ack(body):
-                        self.on_ack(replace(message, body=body))
+                for part in parts([message]):
+                    if self._first_ack(part.body):
+                        self.on_ack(replace(message, body=part.body))
 
     def _first_ack(self, body: str) -> bool:
         digest = hashlib.sha1(body.encode()).digest()

@@ -11,6 +11,7 @@ from typing import Any
 
 from bus import Bus, Command, Context, Endpoint, Settings
 from bus.hosting.worker import Worker
+from bus.protocol.sendgroup import Gate
 from bus.storage import Storage, TableOp, TransientError
 from bus.testing.counting import counting_storage
 from bus.testing.transport import ForwardingQueues
@@ -21,7 +22,8 @@ class Add(Command):
     key: str
 
 
-def build(storage: Storage, prefix: str, *, group: bool = True) -> Bus:
+def build(storage: Storage, prefix: str, *, group: bool = True,
+          gate: Callable[[], Gate] = threading.Event) -> Bus:
     counter = Endpoint("counter")
 
     @counter.handles(Add, partition=lambda m: m.key)
@@ -29,7 +31,8 @@ def build(storage: Storage, prefix: str, *, group: bool = True) -> Bus:
         row = ctx.state.get("n") or {"n": 0}
         ctx.state.put("n", {"n": int(row["n"] or 0) + 1})
 
-    bus = Bus(storage, [counter], prefix=prefix, settings=Settings(group_sends=group))
+    bus = Bus(storage, [counter], prefix=prefix, settings=Settings(group_sends=group),
+              gate=gate)
     bus.provision()
     return bus
 
@@ -43,6 +46,14 @@ def drain(bus: Bus) -> int:
     while n := worker.poll_once():
         done += n
     return done
+
+
+def send_interrupted(bus: Bus, key: str, interrupted: list[BaseException]) -> None:
+    """Send ``key``, noting a KeyboardInterrupt instead of raising it."""
+    try:
+        bus.send(Add(key=key))
+    except KeyboardInterrupt as exc:
+        interrupted.append(exc)
 
 
 def in_threads(calls: Sequence[Callable[[], Any]]) -> None:
@@ -209,18 +220,12 @@ def test_a_leader_that_dies_mid_flush_does_not_strand_the_others(storage: Storag
     assert group is not None
     interrupted: list[BaseException] = []
 
-    def first() -> None:
-        try:
-            bus.send(Add(key="k0"))
-        except KeyboardInterrupt as exc:
-            interrupted.append(exc)
-
     def release_when_waiting() -> None:
         while len(group._waiting) < 2:
             time.sleep(0.005)
         dying.release.set()
 
-    leader = threading.Thread(target=first)
+    leader = threading.Thread(target=send_interrupted, args=(bus, "k0", interrupted))
     leader.start()
     assert dying.holding.wait(30)  # k0 leads and is on the wire: the others must wait
     in_threads([lambda: bus.send(Add(key="k1")), lambda: bus.send(Add(key="k2")),
@@ -244,29 +249,13 @@ def test_a_sender_interrupted_while_waiting_leaves_the_group_usable(storage: Sto
             return super().wait(timeout)
 
     held = HeldQueues(storage.queues)
-    counter = Endpoint("counter")
-
-    @counter.handles(Add, partition=lambda m: m.key)
-    def add(message: Add, ctx: Context) -> None:
-        row = ctx.state.get("n") or {"n": 0}
-        ctx.state.put("n", {"n": int(row["n"] or 0) + 1})
-
-    bus = Bus(Storage(held, storage.blobs, storage.tables), [counter], prefix=prefix,
-              gate=Interrupted)
-    bus.provision()
+    bus = build(Storage(held, storage.blobs, storage.tables), prefix, gate=Interrupted)
     interrupted: list[BaseException] = []
-
-    def second() -> None:
-        try:
-            bus.send(Add(key="k1"))
-        except KeyboardInterrupt as exc:
-            interrupted.append(exc)
-        held.release.set()  # the first send goes on only once the second gave up
-
     leader = threading.Thread(target=lambda: bus.send(Add(key="k0")))
     leader.start()
     assert held.holding.wait(30)  # k0 leads and is on the wire: k1 has to wait
-    second()
+    send_interrupted(bus, "k1", interrupted)
+    held.release.set()  # the first send goes on only once the second gave up
     leader.join(30)
     assert len(interrupted) == 1
     group = bus.sender.group
