@@ -128,6 +128,50 @@ def split_bundle(body: str) -> list[str] | None:
             .decode("ascii") for signal in signals]
 
 
+DELIVERIES = "deliveries"
+"""The envelope field a copy put back on its queue carries: the deliveries the message had
+before (docs/envelope.md). A receiver counts ``deliveries`` + the queue's dequeue count; one
+that does not know the field ignores it, like any unknown field."""
+
+
+def carried_deliveries(raw: bytes) -> tuple[bytes, int]:
+    """A signal's envelope JSON (base64-decoded) without its ``deliveries`` field, and the
+    count the field carried; ``raw`` itself and 0 when there is none (most signals: they are
+    not parsed for it), or when ``raw`` is not a JSON object."""
+    if b'"deliveries"' not in raw:
+        return raw, 0
+    document = _object(raw)
+    if document is None or DELIVERIES not in document:
+        return raw, 0
+    count = document.pop(DELIVERIES)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        count = 0
+    return _dumps(document), count
+
+
+def with_deliveries(raw: bytes, deliveries: int) -> bytes | None:
+    """The envelope JSON ``raw`` carrying ``deliveries`` (none when 0), or None when ``raw``
+    is not a JSON object or the result would not fit a queue message."""
+    document = _object(raw)
+    if document is None:
+        return None
+    document.pop(DELIVERIES, None)
+    annotated = _dumps({**document, DELIVERIES: deliveries} if deliveries > 0 else document)
+    return annotated if len(annotated) <= MAX_SIGNAL_BYTES else None
+
+
+def _object(raw: bytes) -> dict[str, object] | None:
+    try:
+        document = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def _dumps(document: dict[str, object]) -> bytes:
+    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
 def decode_signal(body: str | bytes) -> Envelope:
     """Parse a signal body exactly as it sits on the queue (base64 text)."""
     try:

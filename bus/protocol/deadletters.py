@@ -16,12 +16,17 @@ processed (or purged) since: the entry is stale and is removed. Entries without 
 moved to the poison queue itself (after maxDequeueCount, unchanged) is read as an entry whose
 reason says so; its token is still live, so a replay simply re-sends it.
 
+A replay re-sends the signal as it was sent: without the delivery count a copy put back by the
+Functions trigger carries (``deliveries``, docs/envelope.md), so that a replayed message always
+starts counting its deliveries afresh, however its entry came to be.
+
 Purging deletes the entry and, when its token is parked, the token and its claim-check
 payload: any late copy of the message is then a duplicate.
 """
 
 from __future__ import annotations
 
+import base64
 import binascii
 import contextlib
 import enum
@@ -30,7 +35,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from bus.envelope import BadSignal, Envelope, decode_signal
+from bus.envelope import BadSignal, Envelope, carried_deliveries, decode_signal
 from bus.naming import Names
 from bus.protocol.inbox import Inbox, TokenState
 from bus.protocol.payloads import Payloads
@@ -126,7 +131,7 @@ class DeadLetters:
                 if not self._inbox.unpark(token, self._clock()):
                     continue  # it changed under us: look again
                 result = ReplayResult.REPLAYED
-            self._queues.send(self._queue, entry.original_body)
+            self._queues.send(self._queue, _as_sent(entry.original_body))
             self._queues.delete(self._poison, message)
             return result
         raise Contention(f"the token of {envelope.message_id} kept changing")
@@ -171,3 +176,14 @@ class DeadLetters:
             dequeue_count=message.dequeue_count, endpoint=self.endpoint,
             poisoned_at=datetime.fromtimestamp(self._clock(), tz=timezone.utc),
             original_body=message.body, envelope=envelope)
+
+
+def _as_sent(body: str) -> str:
+    """A signal body without the delivery count a copy put back carries (docs/envelope.md);
+    anything else unchanged."""
+    try:
+        raw = base64.b64decode(body, validate=True)
+    except (binascii.Error, ValueError):
+        return body
+    stripped, carried = carried_deliveries(raw)
+    return base64.b64encode(stripped).decode("ascii") if carried else body

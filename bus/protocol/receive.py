@@ -63,7 +63,7 @@ class Outcome(str, enum.Enum):
     DUPLICATE = "duplicate"
     POISONED = "poisoned"
     PARKED = "parked"
-    REQUEUED = "requeued"  # hosting only: put back on the queue as a fresh copy
+    REQUEUED = "requeued"  # hosting only: put back on the queue as a copy (with its count)
     SCHEDULED = "scheduled"  # arrived before its time: put back with the remaining delay
     DEFERRED = "deferred"  # the handler set it aside (Context.defer)
 
@@ -651,6 +651,37 @@ class Receiver:
         return backoff(policy.backoff_initial, policy.backoff_max, self._random)
 
     # -- poison ---------------------------------------------------------------------------
+    def give_up(self, raw: bytes, deliveries: int, cause: StorageError) -> Outcome:
+        """Poison a signal (base64-decoded, as ``deliver`` takes it) after storage errors on
+        each of its ``deliveries`` deliveries, ``cause`` the last: its host allows no more
+        (``bus.hosting.functions.trigger``). Same poison queue and token parking as a failing
+        handler, so the dead-letter tools list and replay it - unless its token says there
+        is nothing to poison: gone (a delivery processed it and the error came after),
+        parked (poisoned already), fenced or deferred. Raises a StorageError when poisoning
+        fails too.
+
+        A message committed by one of those deliveries whose completion kept failing is
+        poisoned as well (its token is still live): the partition's next message completes
+        the record and consumes the token, after which the entry reads as stale and a replay
+        removes it; a replay before that completes the record itself. Exactly once either way.
+        """
+        body = base64.b64encode(raw).decode("ascii")
+        try:
+            envelope = parse_envelope(raw)
+        except BadSignal as exc:  # its poisoning met the errors
+            return self._poison_bad(body, None, str(exc), deliveries, _no_ack)
+        token = self._inbox.read(self.endpoint, envelope.attempt_id)
+        if token is None or not token.processable:
+            parked = token is not None and token.state is TokenState.PARKED
+            return Outcome.PARKED if parked else Outcome.DUPLICATE
+        reason = f"storage errors on {deliveries} deliveries (max delivery count)"
+        self._poison.put(body, reason=reason, dequeue_count=deliveries, now=self._clock(),
+                         envelope=envelope, exception=f"{type(cause).__name__}: {cause}")
+        self._park(token)
+        log.warning("poisoned %s at %s: %s, the last %s", envelope.message_id, self.endpoint,
+                    reason, cause)
+        return Outcome.POISONED
+
     def _poison_bad(self, body: str, envelope: Envelope | None, reason: str,
                     dequeue_count: int, ack: Callable[[], None]) -> Outcome:
         token = None
