@@ -21,8 +21,8 @@ param location string = resourceGroup().location
 @allowed(['Standard_ZRS', 'Standard_GRS', 'Standard_RAGRS', 'Standard_GZRS', 'Standard_RAGZRS'])
 param storageSku string = 'Standard_GZRS'
 
-@description('Flex Consumption: most instances the app scales out to.')
-@minValue(1)
+@description('Flex Consumption: most instances the app scales out to (the plan accepts 40 to 1000).')
+@minValue(40)
 @maxValue(1000)
 param maximumInstanceCount int = 100
 
@@ -43,6 +43,10 @@ param inlineDispatchMax int = 4
 @description('BUS_STALLED_OUTBOX_SECONDS: maintenance finishes outbox records older than this.')
 @minValue(1)
 param stalledOutboxSeconds int = 600
+@description('BUS_DELIVERY_THREADS: threads for the queue triggers\' blocking work; 0 uses the event loop\'s default executor (docs/functions.md, "Threads").')
+@minValue(0)
+@maxValue(256)
+param deliveryThreads int = 0
 
 @description('Optional: object id of a user, group or service principal that runs the local tools or Spark jobs against the bus (gets queue, blob and table data roles).')
 param operatorPrincipalId string = ''
@@ -121,6 +125,7 @@ module functionApp 'app/function.bicep' = {
     busEndpoints: busEndpoints
     inlineDispatchMax: inlineDispatchMax
     stalledOutboxSeconds: stalledOutboxSeconds
+    deliveryThreads: deliveryThreads
     maximumInstanceCount: maximumInstanceCount
     instanceMemoryMB: instanceMemoryMB
     zoneRedundant: zoneRedundant
@@ -152,4 +157,5 @@ output AZURE_FUNCTION_APP_NAME string = functionApp.outputs.name
 output AZURE_FUNCTION_APP_CLIENT_ID string = appIdentity.properties.clientId
 output APPLICATIONINSIGHTS_CONNECTION_STRING string = monitoring.outputs.connectionString
 output BUS_PREFIX string = topology.prefix
+output BUS_DURABLE_HUB string = functionApp.outputs.durableHubName
 output BUS_TOPIC_COUNT int = topics.outputs.topicCount

@@ -1,4 +1,4 @@
-// The Functions app: Linux, Flex Consumption plan, Python 3.11, one user-assigned identity for
+// The Functions app: Linux, Flex Consumption plan, Python 3.13, one user-assigned identity for
 // everything (host storage, the bus's storage, the package download, telemetry). No keys or
 // connection strings to storage anywhere in its settings.
 
@@ -21,13 +21,24 @@ param busEndpoints string = ''
 param inlineDispatchMax int = 4
 @description('BUS_STALLED_OUTBOX_SECONDS: maintenance finishes outbox records older than this.')
 param stalledOutboxSeconds int = 600
-@minValue(1)
+@description('BUS_DELIVERY_THREADS: threads for the queue triggers\' blocking work; 0 uses the event loop\'s default executor (docs/functions.md, "Threads").')
+@minValue(0)
+@maxValue(256)
+param deliveryThreads int = 0
+@description('Most instances the app scales out to. Flex Consumption accepts 40 to 1000.')
+@minValue(40)
 @maxValue(1000)
 param maximumInstanceCount int = 100
 @allowed([512, 2048, 4096])
 param instanceMemoryMB int = 2048
 @description('Spread instances over availability zones. Only in regions that offer it for Flex Consumption; keeps at least two always-ready (billed) instances per scaling group.')
 param zoneRedundant bool = false
+// Task hub names: 3-45 characters, letters and digits only, starting with a letter. App names are
+// letters, digits and '-': without the hyphens, behind a letter prefix, cut to 45 characters.
+@description('BUS_DURABLE_HUB: the Durable task hub (host.json hubName is %BUS_DURABLE_HUB%). One per app: apps that share a storage account must not share a hub.')
+@minLength(3)
+@maxLength(45)
+param durableHubName string = take('hub${replace(name, '-', '')}', 45)
 
 resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
   name: storageAccountName
@@ -57,6 +68,7 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
   // checkov:skip=CKV_AZURE_222: the app serves no HTTP functions, but `func azure functionapp publish` deploys through its SCM endpoint, which public network access 'Disabled' closes too (no VNet or private endpoint here)
   // checkov:skip=CKV_AZURE_212: numberOfWorkers does not apply to Flex Consumption: instances scale per function from the queue lengths (functionAppConfig.scaleAndConcurrency)
   // checkov:skip=CKV_AZURE_213: Flex Consumption does not support the platform health check, and the app has no HTTP endpoint to probe; failures show in Application Insights and the poison queues
+  // checkov:skip=CKV_AZURE_17: Flex Consumption does not support certificate features, incoming client certificates included (clientCertEnabled); the app serves no HTTP functions
   identity: {
     type: 'UserAssigned'
     userAssignedIdentities: {
@@ -66,9 +78,7 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
   properties: {
     serverFarmId: plan.id
     httpsOnly: true
-    // No HTTP functions: any request to the host's own endpoints must present a client certificate.
-    clientCertEnabled: true
-    clientCertMode: 'Required'
+    // No clientCertEnabled/clientCertMode: Flex Consumption does not support certificate features.
     siteConfig: {
       minTlsVersion: '1.2'
       ftpsState: 'Disabled'
@@ -87,6 +97,9 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
         { name: 'BUS_ENDPOINTS', value: busEndpoints }
         { name: 'BUS_INLINE_DISPATCH_MAX', value: string(inlineDispatchMax) }
         { name: 'BUS_STALLED_OUTBOX_SECONDS', value: string(stalledOutboxSeconds) }
+        { name: 'BUS_DELIVERY_THREADS', value: string(deliveryThreads) }
+        // host.json durableTask.hubName is %BUS_DURABLE_HUB%: the host resolves it from here.
+        { name: 'BUS_DURABLE_HUB', value: durableHubName }
       ]
     }
     functionAppConfig: {
@@ -102,11 +115,16 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
       }
       runtime: {
         name: 'python'
-        version: '3.11'
+        version: '3.13'
       }
       scaleAndConcurrency: {
         maximumInstanceCount: maximumInstanceCount
         instanceMemoryMB: instanceMemoryMB
+        // Durable Functions on Flex Consumption: Microsoft recommends one always-ready instance
+        // for the durable group (orchestrations, activities, entities) against its cold starts.
+        alwaysReady: [
+          { name: 'durable', instanceCount: 1 }
+        ]
       }
     }
   }
@@ -115,3 +133,4 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
 output name string = functionApp.name
 output id string = functionApp.id
 output defaultHostName string = functionApp.properties.defaultHostName
+output durableHubName string = durableHubName

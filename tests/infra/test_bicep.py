@@ -6,6 +6,7 @@ module parameters line up, outputs reference things that exist.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 from tests.infra.bicep import (
     INFRA,
     MAIN,
+    ROOT,
     TOPOLOGY,
     Resource,
     app_settings,
@@ -35,6 +37,8 @@ RBAC = INFRA / "app" / "rbac.bicep"
 FUNCTION = INFRA / "app" / "function.bicep"
 TOPICS = INFRA / "app" / "topics.bicep"
 MONITORING = INFRA / "app" / "monitoring.bicep"
+HOST_JSON = ROOT / "host.json"
+LOCAL_SETTINGS_SAMPLE = ROOT / "local.settings.sample.json"
 
 QUEUE = "Microsoft.Storage/storageAccounts/queueServices/queues"
 TABLE = "Microsoft.Storage/storageAccounts/tableServices/tables"
@@ -254,7 +258,7 @@ def test_main_wires_the_identities_the_app_and_the_script_run_as() -> None:
 
 # -- the Function App ----------------------------------------------------------------------
 
-def test_function_app_is_linux_flex_consumption_python_311_with_its_identity() -> None:
+def test_function_app_is_linux_flex_consumption_python_313_with_its_identity() -> None:
     declared = resources(FUNCTION)
     plan, site = declared["plan"].body, declared["functionApp"].body
     assert plan["sku"] == {"name": "FC1", "tier": "FlexConsumption"}
@@ -262,12 +266,91 @@ def test_function_app_is_linux_flex_consumption_python_311_with_its_identity() -
     assert site["kind"] == "functionapp,linux"
     assert site["identity"]["type"] == "UserAssigned"
     config = site["properties"]["functionAppConfig"]
-    assert config["runtime"] == {"name": "python", "version": "3.11"}
+    assert config["runtime"] == {"name": "python", "version": "3.13"}
     deployment = config["deployment"]["storage"]
     assert deployment["type"] == "blobContainer"
     assert deployment["authentication"] == {"type": "UserAssignedIdentity",
                                             "userAssignedIdentityResourceId": "identityId"}
     assert deployment["value"].endswith("${deploymentContainerName}")
+
+
+def host_json() -> dict[str, Any]:
+    return dict(json.loads(HOST_JSON.read_text(encoding="utf-8")))
+
+
+def decorators(path: Path, param: str) -> dict[str, Any]:
+    """A parameter's decorators, by type (``min_value``, ``max_length``, ...)."""
+    return {d["type"]: d.get("argument") for d in declared_params(path)[param]["decorators"]}
+
+
+def test_function_app_sets_no_client_certificate_properties() -> None:
+    """Flex Consumption does not support certificate features, client certificates included."""
+    site = resources(FUNCTION)["functionApp"].body["properties"]
+    assert not {"clientCertEnabled", "clientCertMode", "clientCertExclusionPaths"} & set(site)
+    skips = dict(re.findall(r"checkov:skip=(CKV_\w+):\s*(.+)$", FUNCTION.read_text(),
+                            flags=re.MULTILINE))
+    assert "Flex Consumption" in skips.get("CKV_AZURE_17", ""), \
+        "checkov's client-certificate check needs a skip saying why (Flex does not support it)"
+
+
+@pytest.mark.parametrize("path", [MAIN, FUNCTION], ids=lambda p: p.name)
+def test_maximum_instance_count_is_within_flex_consumption_limits(path: Path) -> None:
+    limits = decorators(path, "maximumInstanceCount")
+    assert (limits.get("min_value"), limits.get("max_value")) == (40, 1000), path.name
+    default = declared_params(path)["maximumInstanceCount"]["default"]
+    assert 40 <= default <= 1000
+    values = json.loads((INFRA / "main.parameters.json").read_text())["parameters"]
+    assert 40 <= values["maximumInstanceCount"]["value"] <= 1000
+
+
+TASK_HUB_NAME = re.compile(r"[A-Za-z][A-Za-z0-9]{2,44}")  # letters and digits, 3-45, a letter first
+
+
+def test_the_durable_task_hub_is_an_app_setting_derived_from_the_app_name() -> None:
+    assert host_json()["extensions"]["durableTask"]["hubName"] == "%BUS_DURABLE_HUB%"
+    settings = app_settings(resources(FUNCTION)["functionApp"])
+    assert settings.get("BUS_DURABLE_HUB") == "durableHubName" and is_ref(
+        settings["BUS_DURABLE_HUB"]), "BUS_DURABLE_HUB must come from the durableHubName param"
+    limits = decorators(FUNCTION, "durableHubName")
+    assert (limits.get("min_length"), limits.get("max_length")) == (3, 45)
+    # The default: take('<letters>${replace(name, '-', '')}', 45), evaluated here for app names.
+    call = function(declared_params(FUNCTION)["durableHubName"]["default"])
+    assert call is not None and call[0] == "take" and call[1]["number_to_take"] == 45, call
+    shape = re.fullmatch(r"([A-Za-z][A-Za-z0-9]*)\$\{replace\(name, '-', ''\)\}",
+                         str(call[1]["original_value"]))
+    assert shape, f"unexpected derivation {call[1]['original_value']!r}"
+    _, app = modules(MAIN)["functionApp"]
+    assert chain(app["name"]) == ("functionAppName",) and "durableHubName" not in app
+    abbreviations = json.loads((INFRA / "abbreviations.json").read_text())
+    deployed = abbreviations["webSitesFunctions"] + "a1b2c3d4e5f6g"  # + uniqueString: 13 chars
+    for app_name in (deployed, "ab", "9lives", "my-app-" + "x" * 53, "a-" * 30):
+        hub = (shape.group(1) + app_name.replace("-", ""))[:45]
+        assert TASK_HUB_NAME.fullmatch(hub), (app_name, hub)
+    local = json.loads(LOCAL_SETTINGS_SAMPLE.read_text())["Values"]
+    assert TASK_HUB_NAME.fullmatch(local.get("BUS_DURABLE_HUB", "")), \
+        "local.settings.sample.json needs a BUS_DURABLE_HUB for the local host"
+
+
+def test_the_durable_group_keeps_one_always_ready_instance() -> None:
+    config = resources(FUNCTION)["functionApp"].body["properties"]["functionAppConfig"]
+    always_ready = config["scaleAndConcurrency"].get("alwaysReady", [])
+    assert {"name": "durable", "instanceCount": 1} in always_ready
+
+
+def timespan_seconds(text: str) -> float:
+    """A .NET TimeSpan string, ``[d.]hh:mm:ss[.fff]``, in seconds."""
+    match = re.fullmatch(r"(?:(\d+)\.)?(\d{1,2}):(\d{2}):(\d{2}(?:\.\d+)?)", text)
+    assert match, f"not a TimeSpan: {text!r}"
+    days, hours, minutes, seconds = match.groups()
+    return ((int(days or 0) * 24 + int(hours)) * 60 + int(minutes)) * 60 + float(seconds)
+
+
+def test_durable_queue_polling_interval_is_at_most_10_seconds() -> None:
+    provider = host_json()["extensions"]["durableTask"].get("storageProvider", {})
+    interval = provider.get("maxQueuePollingInterval")
+    assert interval is not None, "the default (30 s) is too slow on Flex Consumption"
+    assert 0 < timespan_seconds(interval) <= 10
+    assert timespan_seconds("1.00:00:10") == 86410 and timespan_seconds("00:00:02.5") == 2.5
 
 
 def test_app_settings_are_identity_based_with_no_keys() -> None:
