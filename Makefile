@@ -1,14 +1,19 @@
 # Two commands for a newcomer: `make demo` and `make test`. Each sets itself up.
-PYTHON ?= python3.11
+# The Functions app runs on Python 3.13 (Microsoft's worker, azure-functions-runtime, needs it);
+# the bus package's own tests also run on 3.10, the oldest Python it supports.
+find_python = $(or $(shell PYENV_VERSION=$(1) pyenv which python$(2) 2>/dev/null),$(shell command -v python$(2)))
+PYTHON ?= $(call find_python,3.13.0,3.13)
+PYTHON310 ?= $(call find_python,3.10.13,3.10)
 VENV := .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 SIM_RUNS ?= 300
 
-.PHONY: help setup lint test sim demo devhost clean lock infra-check spark-demo bench
+.PHONY: help setup lint test test-py310 sim demo devhost azurite clean lock infra-check spark-demo bench
 
 help:
 	@echo "make test   - set up (venv, pinned deps, Azurite) and run lint, types and every test"
+	@echo "make azurite - Azurite on the default ports, as the project starts it (Ctrl-C stops)"
 	@echo "make demo   - the main job: 1,000 orders through the Functions app on Azurite, checked"
 	@echo "make sim    - the deterministic simulation: SIM_RUNS=2000 make sim"
 	@echo "make spark-demo - Spark producer -> Functions app -> Spark consumer on Azurite, checked"
@@ -16,7 +21,8 @@ help:
 	@echo "make infra-check - offline checks of infra/ (topology in sync, checkov, Bicep structure)"
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
-	$(PYTHON) -m venv $(VENV)
+	@test -n "$(PYTHON)" || { echo "Python 3.13 is needed (pyenv install 3.13.0, or PYTHON=/path/to/python3.13)"; exit 1; }
+	$(PYTHON) -m venv --clear $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	touch $@
 
@@ -30,8 +36,19 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff check bus tests devhost bench spark function_app.py
 	$(BIN)/mypy
 
-test: setup lint
+test: setup lint test-py310
 	$(PY) -m pytest
+
+# The package's pure tests (no Azurite, no Functions, no Spark) on Python 3.10.
+VENV310 := .venv-3.10
+$(VENV310)/.installed: requirements-py310.txt requirements.txt pyproject.toml
+	@test -n "$(PYTHON310)" || { echo "Python 3.10 is needed (pyenv install 3.10.13, or PYTHON310=...)"; exit 1; }
+	$(PYTHON310) -m venv --clear $(VENV310)
+	$(VENV310)/bin/pip install --quiet --disable-pip-version-check -r requirements-py310.txt
+	touch $@
+
+test-py310: $(VENV310)/.installed
+	$(VENV310)/bin/python -m pytest tests/unit tests/test_*.py -m "not azurite" -q
 
 sim: $(BIN)/.installed
 	$(PY) -m bus.testing.simulate --runs $(SIM_RUNS) --seed 1 --progress
@@ -57,6 +74,11 @@ spark-demo: setup
 devhost: setup
 	$(PY) -m devhost
 
+# Azurite on the default ports (UseDevelopmentStorage=true reaches it), data in .azurite/,
+# with the flag the pinned SDKs need (--skipApiVersionCheck). Ctrl-C stops it.
+azurite: node_modules/.installed
+	$(or $(PYTHON),python3) -m devhost.azurite
+
 # Offline checks of infra/: topology.json in sync with the app, checkov over the Bicep (in its
 # own venv, so its pins cannot clash with the app's), the Bicep's structure (tests/infra).
 # The last line printed is a JSON summary; non-zero exit when any check fails.
@@ -76,4 +98,4 @@ lock:
 	/tmp/bus-lock/bin/pip freeze
 
 clean:
-	rm -rf $(VENV) $(INFRA_VENV) node_modules .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(VENV310) $(INFRA_VENV) node_modules .mypy_cache .ruff_cache .pytest_cache

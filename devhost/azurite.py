@@ -1,12 +1,20 @@
-"""Start and stop a real Azurite (installed into node_modules by `make test` / `make demo`)."""
+"""Start and stop a real Azurite (installed into node_modules by `make test` / `make demo`).
+
+``python -m devhost.azurite`` (``make azurite``) starts it for a person: the default ports, so
+``UseDevelopmentStorage=true`` reaches it, data kept in ``.azurite/``, and the one flag the
+pinned SDKs need (``--skipApiVersionCheck``: they send a newer storage API version than the
+newest Azurite on npm accepts).
+"""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +24,10 @@ AZURITE = ROOT / "node_modules" / "azurite" / "dist" / "src" / "azurite.js"
 ACCOUNT = "devstoreaccount1"
 KEY = ("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/"
        "K1SZFPTOtr/KBHBeksoGMGw==")
+DEFAULT_PORTS = (10000, 10001, 10002)
+FLAGS = ("--skipApiVersionCheck", "--loose", "--disableTelemetry")
+"""What the project always passes: the pinned SDKs' API version, lenient headers, no
+telemetry."""
 
 
 def _free_port() -> int:
@@ -31,23 +43,47 @@ def connection_string(blob: int, queue: int, table: int) -> str:
             f"TableEndpoint={base.format(table)};")
 
 
-@contextlib.contextmanager
-def azurite() -> Iterator[str]:
-    """Yield a connection string to a fresh in-memory Azurite; always stop it afterwards."""
-    if not AZURITE.exists():
-        raise RuntimeError(f"Azurite is not installed at {AZURITE}: run `make test` "
-                           "(it runs `npm ci`), or `npm ci` yourself")
-    ports = [_free_port() for _ in range(3)]
-    process = subprocess.Popen(
-        ["node", str(AZURITE), "--inMemoryPersistence", "--silent", "--skipApiVersionCheck",
-         "--loose", "--disableTelemetry", "--blobHost", "127.0.0.1", "--queueHost",
-         "127.0.0.1", "--tableHost", "127.0.0.1", "--blobPort", str(ports[0]),
-         "--queuePort", str(ports[1]), "--tablePort", str(ports[2])],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        _wait_listening(process, ports)
-        yield connection_string(*ports)
-    finally:
+class Azurite:
+    """One Azurite process; ``stop()`` then ``start()`` brings it back on the same ports (with
+    a ``location``, with the same data)."""
+
+    def __init__(self, *, location: Path | None = None,
+                 ports: tuple[int, int, int] | None = None) -> None:
+        if not AZURITE.exists():
+            raise RuntimeError(f"Azurite is not installed at {AZURITE}: run `make test` "
+                               "(it runs `npm ci`), or `npm ci` yourself")
+        self.location = location
+        self.ports = ports or (_free_port(), _free_port(), _free_port())
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def connection_string(self) -> str:
+        return connection_string(*self.ports)
+
+    def command(self) -> list[str]:
+        storage = (["--location", str(self.location)] if self.location
+                   else ["--inMemoryPersistence"])
+        blob, queue, table = self.ports
+        return ["node", str(AZURITE), *storage, "--silent", *FLAGS,
+                "--blobHost", "127.0.0.1", "--queueHost", "127.0.0.1", "--tableHost",
+                "127.0.0.1", "--blobPort", str(blob), "--queuePort", str(queue),
+                "--tablePort", str(table)]
+
+    def start(self) -> str:
+        """Start it and wait until every port listens; the connection string."""
+        self.process = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            _wait_listening(self.process, list(self.ports))
+        except BaseException:
+            self.stop()
+            raise
+        return self.connection_string
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None:
+            return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
         try:
@@ -55,6 +91,16 @@ def azurite() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+@contextlib.contextmanager
+def azurite() -> Iterator[str]:
+    """Yield a connection string to a fresh in-memory Azurite; always stop it afterwards."""
+    emulator = Azurite()
+    try:
+        yield emulator.start()
+    finally:
+        emulator.stop()
 
 
 def _wait_listening(process: subprocess.Popen[bytes], ports: list[int]) -> None:
@@ -72,3 +118,33 @@ def _wait_listening(process: subprocess.Popen[bytes], ports: list[int]) -> None:
 def _listening(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m devhost.azurite", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--location", type=Path, default=ROOT / ".azurite",
+                        help="folder for Azurite's data (default: .azurite)")
+    args = parser.parse_args()
+    args.location.mkdir(parents=True, exist_ok=True)
+    busy = [port for port in DEFAULT_PORTS if _listening(port)]
+    if busy:
+        raise SystemExit(f"ports {busy} are in use: another Azurite is probably running "
+                         "(stop it, or use it: it needs --skipApiVersionCheck)")
+    emulator = Azurite(location=args.location, ports=DEFAULT_PORTS)
+    emulator.start()
+    print("Azurite is running on 127.0.0.1:10000-10002 (blob, queue, table), data in "
+          f"{args.location}.\nlocal.settings.json: \"AzureWebJobsStorage\": "
+          "\"UseDevelopmentStorage=true\".  Ctrl-C stops it.", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        while emulator.process is not None and emulator.process.poll() is None:
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        emulator.stop()
+
+
+if __name__ == "__main__":
+    main()

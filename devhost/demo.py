@@ -53,13 +53,15 @@ class Demo:
         self.args = args
         self.env = dict(os.environ, AzureWebJobsStorage=connection, BUS_PREFIX="",
                         BUS_INLINE_DISPATCH_MAX=str(args.inline_max),
-                        AzureWebJobsScriptRoot=str(ROOT))
+                        BUS_DURABLE_HUB="BusDemo", AzureWebJobsScriptRoot=str(ROOT))
         os.environ.update(self.env)
         sys.path.insert(0, str(ROOT))
         import function_app  # the app reads its settings at import, like under the worker
         from bus.testing import with_duplicates
 
         self.app = function_app
+        # What the worker must load, every one (get_functions() may be called once per app).
+        self.functions_defined = len(function_app.app.get_functions())
         self.bus = function_app.bus_functions.bus
         storage, self.duplicates = with_duplicates(self.bus.storage, args.duplicate_rate, seed=7)
         from bus import Bus, Settings
@@ -86,7 +88,7 @@ class Demo:
         self._summary(result)
         print(json.dumps(result), flush=True)
         good = result["lost"] == result["effects_applied_twice"] == result["wrong_balances"] == 0
-        return 0 if good else 1
+        return 0 if good and result["functions_loaded"] == result["functions_defined"] else 1
 
     # -- steps ------------------------------------------------------------------------------
     def _send(self) -> dict[str, tuple[str, int]]:
@@ -174,6 +176,10 @@ class Demo:
                        for e in self.bus.topology.endpoints)
         bus_poisoned = poisoned - sum(f["poisoned"] for f in functions.values())
         return {
+            "worker": stats.get("worker"),
+            "functions_loaded": stats.get("functions_loaded", 0),
+            "functions_defined": self.functions_defined,
+            "worker_threads": stats.get("worker_threads"),
             "sent": len(orders),
             "duplicates_injected": self.duplicates.duplicated,
             "processed": processed - counts["lost"],
@@ -188,8 +194,12 @@ class Demo:
         }
 
     def _summary(self, r: dict[str, Any]) -> None:
-        ok = r["lost"] == 0 and r["effects_applied_twice"] == 0 and r["wrong_balances"] == 0
+        ok = (r["lost"] == 0 and r["effects_applied_twice"] == 0 and r["wrong_balances"] == 0
+              and r["functions_loaded"] == r["functions_defined"])
         print()
+        print(f"{r['worker']} loaded {r['functions_loaded']} of the app's "
+              f"{r['functions_defined']} functions ({r['worker_threads']} threads for sync "
+              "functions).")
         print(f"{r['sent']} orders sent with {r['duplicates_injected']} duplicated signals and "
               f"{self.args.malformed} malformed messages, in {r['seconds']} s.")
         print(f"{r['processed']} messages processed ({r['orchestrations']} outbox "

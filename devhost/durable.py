@@ -1,7 +1,8 @@
 """Durable Functions without the host: instances, history and the replay loop.
 
-The orchestrator code runs in the real azure-functions-durable replay engine: for every
-episode we hand its handle the whole history (OrchestratorStarted, ExecutionStarted,
+The orchestrator code runs in the real azure-functions-durable replay engine, invoked through
+Microsoft's worker (``devhost.worker``) like every other function: for every episode we send
+it the whole history (OrchestratorStarted, ExecutionStarted,
 TaskScheduled, TaskCompleted/TaskFailed, TimerCreated/TimerFired ...) exactly as the Durable
 extension does, and read back the actions it wants. Activities run at least once (an instance
 resumed after a crash re-runs those without a recorded result) and retries follow
@@ -25,17 +26,15 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import azure.functions as func
 from aiohttp import web
 from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
-from azure.functions.durable_functions import ActivityTriggerConverter
-from azure.functions.meta import Datum
 from azure.storage.blob import BlobServiceClient
-from azure.storage.queue import QueueServiceClient
 
-from devhost.loader import AppIndex
+from devhost import bindings
+from devhost.hostio import Connection, host_io
 from devhost.queues import sleep_or_stop
+from devhost.worker import AppIndex, Function, InvocationFailed, Worker
 
 log = logging.getLogger("devhost.durable")
 
@@ -126,15 +125,15 @@ class LostInstance(Exception):
 class DurableRuntime:
     """Runs orchestrations of one app: the work queue, episodes, activities, retries."""
 
-    def __init__(self, index: AppIndex, connection_string: str, hub: str, *,
+    def __init__(self, index: AppIndex, worker: Worker, connection: Connection, hub: str, *,
                  workers: int = 8, lease_seconds: float = 120.0) -> None:
         self.index = index
+        self.worker = worker
         self.hub = hub
         base = hub.lower()
-        self.store = InstanceStore(BlobServiceClient.from_connection_string(connection_string),
+        self.store = InstanceStore(connection.blob_service(),
                                    f"{base}-devhost-instances")
-        self.work = QueueServiceClient.from_connection_string(
-            connection_string).get_queue_client(work_queue_name(hub))
+        self.work = connection.queue_service().get_queue_client(work_queue_name(hub))
         self.workers = workers
         self.lease_seconds = lease_seconds
         self.stats = {"started": 0, "completed": 0, "failed": 0, "activities": 0,
@@ -172,9 +171,13 @@ class DurableRuntime:
     async def _worker(self, stop: asyncio.Event) -> None:
         idle = 0.1
         while not stop.is_set():
-            messages = await asyncio.to_thread(
-                lambda: list(self.work.receive_messages(
+            try:
+                messages = await host_io(lambda: list(self.work.receive_messages(
                     max_messages=1, visibility_timeout=int(self.lease_seconds))))
+            except Exception as exc:  # storage away: back off and poll again, like a listener
+                log.warning("receiving orchestration work failed (%s); backing off",
+                            type(exc).__name__)
+                messages = []
             if not messages:
                 await sleep_or_stop(stop, idle)
                 idle = min(idle * 2, 1.0)
@@ -189,11 +192,14 @@ class DurableRuntime:
                     log.exception("orchestration %s failed in the devhost; retrying later",
                                   message.content)
                     continue  # the work item becomes visible again after its lease
-                await asyncio.to_thread(self.work.delete_message, message)
+                try:
+                    await host_io(self.work.delete_message, message)
+                except Exception as exc:  # the item comes back after its lease: harmless
+                    log.info("deleting work item %s failed: %s", message.id, type(exc).__name__)
 
     async def drive(self, instance_id: str) -> None:
         """Run one instance until it completes, fails, or waits for nothing we can give."""
-        loaded = await asyncio.to_thread(self.store.load, instance_id)
+        loaded = await host_io(self.store.load, instance_id)
         if loaded is None:
             return
         instance, etag = loaded
@@ -201,17 +207,17 @@ class DurableRuntime:
             if instance.open:
                 await self._run_open_activities(instance)
             else:
-                self._episode(instance)
+                await self._episode(instance)
             etag = await self._save(instance, etag)
 
     async def _save(self, instance: Instance, etag: str) -> str:
         try:
-            return await asyncio.to_thread(self.store.save, instance, etag)
+            return await host_io(self.store.save, instance, etag)
         except HttpResponseError as exc:
             raise LostInstance(instance.id) from exc
 
     # -- one episode: replay the orchestrator over the history ------------------------------
-    def _episode(self, instance: Instance) -> None:
+    async def _episode(self, instance: Instance) -> None:
         self.stats["episodes"] += 1
         first = not instance.history
         for event in instance.history:
@@ -224,12 +230,15 @@ class DurableRuntime:
         context = {"history": instance.history, "instanceId": instance.id,
                    "isReplaying": not first, "parentInstanceId": None,
                    "input": instance.input, "upperSchemaVersion": 0}
-        handle = self._orchestrator(instance.name).user_function
+        orchestrator = self._orchestrator(instance.name)
         try:
-            state = json.loads(handle(func.OrchestrationContext(json.dumps(context))))
-        except Exception as exc:  # the orchestrator raised: the instance fails
+            returned = await self.worker.invoke(
+                orchestrator, {str(orchestrator.trigger["name"]):
+                               bindings.orchestration_trigger(context)})
+        except InvocationFailed as exc:  # the orchestrator raised: the instance fails
             self._fail(instance, str(exc))
             return
+        state = json.loads(bindings.returned_json(returned))
         actions = [action for group in state.get("actions", []) for action in group]
         for action in actions[instance.actions_seen:]:
             self._schedule(instance, action)
@@ -306,17 +315,11 @@ class DurableRuntime:
 
     async def _invoke_activity(self, name: str, input_json: str | None) -> str:
         function = self._activity(name)
-        argument = ActivityTriggerConverter.decode(
-            Datum(value=input_json or "null", type="json"), trigger_metadata=None)
-        kwargs = {function.trigger["name"]: argument}
-        if function.is_async:
-            output = await function.user_function(**kwargs)
-        else:
-            output = await asyncio.to_thread(function.user_function, **kwargs)
-        datum = ActivityTriggerConverter.encode(output, expected_type=None)
-        return str(datum.value)
+        returned = await self.worker.invoke(
+            function, {str(function.trigger["name"]): bindings.activity_trigger(input_json)})
+        return bindings.returned_json(returned)
 
-    def _orchestrator(self, name: str) -> Any:
+    def _orchestrator(self, name: str) -> Function:
         for function in self.index.of_type("orchestrationTrigger"):
             if function.trigger.get("orchestration", function.name) == name:
                 return function
@@ -325,7 +328,7 @@ class DurableRuntime:
                                  "not an orchestrator function."}),
             content_type="application/json")
 
-    def _activity(self, name: str) -> Any:
+    def _activity(self, name: str) -> Function:
         for function in self.index.of_type("activityTrigger"):
             if function.trigger.get("activity", function.name) == name:
                 return function
@@ -371,11 +374,11 @@ class DurableApi:
         payload = json.loads(raw) if raw else None
         input_json = payload if isinstance(payload, str) or payload is None else json.dumps(
             payload)
-        status, body = await asyncio.to_thread(self.runtime.start, name, instance, input_json)
+        status, body = await host_io(self.runtime.start, name, instance, input_json)
         return web.json_response(body, status=status)
 
     async def _status(self, request: web.Request) -> web.Response:
-        status = await asyncio.to_thread(self.runtime.status, request.match_info["instance"])
+        status = await host_io(self.runtime.status, request.match_info["instance"])
         if status is None:
             return web.json_response({"message": "not found"}, status=404)
         return web.json_response(status, status=200)

@@ -1,4 +1,4 @@
-"""The devhost: settings, indexing, and the listeners of one function app."""
+"""The devhost: settings, the worker, and the listeners of one function app."""
 
 from __future__ import annotations
 
@@ -7,34 +7,38 @@ import json
 import logging
 import os
 import re
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from azure.functions.meta import Datum
-from azure.functions.timer import TimerRequestConverter
-from azure.storage.queue import QueueServiceClient
-
+from devhost import bindings
+from devhost.appsettings import load_local_settings, resolve
 from devhost.durable import DurableApi, DurableRuntime
-from devhost.loader import AppIndex, Function, load_app
-from devhost.queues import QueueListener, QueueOptions
+from devhost.hostio import Connection
+from devhost.queues import QueueListener, QueueOptions, extra_inputs_for
+from devhost.worker import (
+    AppIndex,
+    Function,
+    IndexingError,
+    InvocationFailed,
+    Worker,
+    worker_version,
+)
 
 log = logging.getLogger("devhost")
 
 
-def load_local_settings(script_root: Path) -> dict[str, str]:
-    """``local.settings.json`` Values, as ``func start`` applies them (the environment wins)."""
-    path = script_root / "local.settings.json"
-    if not path.exists():
-        return {}
-    values = json.loads(path.read_text()).get("Values", {})
-    return {k: str(v) for k, v in values.items()}
+DEFAULT_FUNCTION_TIMEOUT = "00:30:00"
+"""The host's ``functionTimeout`` when host.json has none (ScriptJobHostOptionsSetup; Flex
+Consumption and dedicated plans; -1 means no limit)."""
 
 
 def queue_options(host_json: dict[str, Any]) -> QueueOptions:
     queues = host_json.get("extensions", {}).get("queues", {})
+    timeout = str(host_json.get("functionTimeout", DEFAULT_FUNCTION_TIMEOUT))
     return QueueOptions(
+        function_timeout=None if timeout == "-1" else _timespan(timeout),
         batch_size=queues.get("batchSize", 16),
         new_batch_threshold=queues.get("newBatchThreshold"),
         max_polling_interval=_timespan(queues.get("maxPollingInterval", "00:01:00")),
@@ -43,9 +47,11 @@ def queue_options(host_json: dict[str, Any]) -> QueueOptions:
         message_encoding=queues.get("messageEncoding", "base64"))
 
 
-def hub_name(host_json: dict[str, Any]) -> str:
-    """The Durable task hub of the app (host.json ``durableTask.hubName``)."""
-    return str(host_json.get("extensions", {}).get("durableTask", {}).get("hubName", "devhost"))
+def hub_name(host_json: dict[str, Any], environ: Mapping[str, str] | None = None) -> str:
+    """The Durable task hub of the app (host.json ``durableTask.hubName``; ``%NAME%`` is an
+    app setting, resolved as the host resolves it)."""
+    raw = str(host_json.get("extensions", {}).get("durableTask", {}).get("hubName", "devhost"))
+    return resolve(raw, environ)
 
 
 def _timespan(text: str) -> float:
@@ -67,15 +73,18 @@ def timer_interval(schedule: str) -> float:
 @dataclass
 class Host:
     script_root: Path
-    index: AppIndex
-    connection_strings: dict[str, str]
     options: QueueOptions
-    hub: str
+    host_json: dict[str, Any]
     timer_seconds: float | None = None
+    worker: Worker = field(init=False)
+    index: AppIndex = field(default_factory=AppIndex)
     listeners: list[QueueListener] = field(default_factory=list)
     runtime: DurableRuntime | None = None
     api: DurableApi | None = None
     stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.worker = Worker(self.script_root)
 
     @classmethod
     def create(cls, script_root: Path, *, timer_seconds: float | None = None,
@@ -84,62 +93,63 @@ class Host:
             os.environ.setdefault(key, value)
         os.environ.setdefault("AzureWebJobsScriptRoot", str(script_root))
         host_json = json.loads((script_root / "host.json").read_text())
-        index = load_app(script_root)
-        hub = hub_name(host_json)
-        connections = {name: _connection(name) for name in _connection_names(index)}
         options = queue_options(host_json)
         if lease_seconds is not None:
             options = replace(options, lease_seconds=lease_seconds)
-        return cls(script_root, index, connections, options, hub, timer_seconds)
+        return cls(script_root, options, host_json, timer_seconds)
 
     async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        loop.set_default_executor(ThreadPoolExecutor(max_workers=64))
+        try:
+            self.index = await self.worker.start()
+        except IndexingError as exc:
+            raise SystemExit(f"devhost: no function loaded - {exc}") from exc
+        connections = {name: Connection.from_settings(name, os.environ)
+                       for name in _connection_names(self.index)}
+        try:
+            await self._listen(connections)
+        finally:
+            if self.api is not None:
+                await self.api.stop()
+            await _close_durable_client_session()
+            self.worker.stop()
+
+    async def _listen(self, connections: dict[str, Connection]) -> None:
         tasks = []
         if self.index.of_type("orchestrationTrigger"):
             # Work items of a killed host come back after this lease (no renewal: a longer
             # episode is fenced by the instance's ETag instead).
             self.runtime = DurableRuntime(
-                self.index, self.connection_strings["AzureWebJobsStorage"], self.hub,
+                self.index, self.worker, connections["AzureWebJobsStorage"],
+                hub_name(self.host_json),
                 lease_seconds=min(120.0, max(10.0, 2 * self.options.lease_seconds)))
-            await asyncio.to_thread(self.runtime.provision)
+            self.runtime.provision()
             self.api = DurableApi(self.runtime)
             await self.api.start()
             tasks.append(self.runtime.run(self.stop))
+        client = self.api.client_binding() if self.api else None
         for function in self.index.of_type("queueTrigger"):
-            service = QueueServiceClient.from_connection_string(
-                self.connection_strings[function.trigger.get("connection",
-                                                             "AzureWebJobsStorage")])
-            listener = QueueListener(function, service, self.options,
-                                     self._extra_args(function))
+            service = connections[_connection_name(function)].queue_service()
+            listener = QueueListener(function, self.worker, service, self.options,
+                                     extra_inputs_for(function, client))
             self.listeners.append(listener)
             tasks.append(listener.run(self.stop))
-        for function in self.index.of_type("timerTrigger"):
-            tasks.append(self._timer(function))
-        log.info("devhost: %d queue triggers, %d orchestrators, %d activities, %d timers",
-                 len(self.listeners), len(self.index.of_type("orchestrationTrigger")),
+        tasks.extend(self._timer(function) for function in self.index.of_type("timerTrigger"))
+        log.info("devhost: %s loaded %d functions (%d queue triggers, %d orchestrators, "
+                 "%d activities, %d timers); %d threads for sync functions",
+                 worker_version(), len(self.index.functions), len(self.listeners),
+                 len(self.index.of_type("orchestrationTrigger")),
                  len(self.index.of_type("activityTrigger")),
-                 len(self.index.of_type("timerTrigger")))
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            if self.api is not None:
-                await self.api.stop()
-            await _close_durable_client_session()
+                 len(self.index.of_type("timerTrigger")), self.worker.threads)
+        await asyncio.gather(*tasks)
 
     def stats(self) -> dict[str, Any]:
-        """Invocation counters per queue-triggered function, and the Durable runtime's."""
-        return {"functions": {listener.function.name: asdict(listener.counters)
+        """The worker, the functions it loaded, invocation counters per queue-triggered
+        function, and the Durable runtime's."""
+        return {"worker": worker_version(), "functions_loaded": len(self.index.functions),
+                "worker_threads": self.worker.threads,
+                "functions": {listener.function.name: asdict(listener.counters)
                               for listener in self.listeners},
                 "durable": dict(self.runtime.stats) if self.runtime else {}}
-
-    def _extra_args(self, function: Function) -> dict[str, Any]:
-        args: dict[str, Any] = {}
-        for binding in function.bindings:
-            if binding["type"] == "durableClient":
-                assert self.api is not None, "a durableClient binding needs an orchestrator"
-                args[binding["name"]] = self.api.client_binding()
-        return args
 
     async def _timer(self, function: Function) -> None:
         interval = self.timer_seconds or timer_interval(function.trigger["schedule"])
@@ -150,36 +160,18 @@ class Host:
             except asyncio.TimeoutError:
                 pass
             try:
-                await _invoke_timer(function, past_due=False)
-            except Exception:
-                log.exception("timer function %s failed", function.name)
-
-
-async def _invoke_timer(function: Function, *, past_due: bool) -> None:
-    # The same conversion the worker applies to the host's timer payload.
-    payload = json.dumps({"IsPastDue": past_due, "ScheduleStatus": {}, "Schedule": {}})
-    request = TimerRequestConverter.decode(Datum(value=payload, type="json"),
-                                           trigger_metadata=None)
-    kwargs = {function.trigger["name"]: request}
-    if function.is_async:
-        await function.user_function(**kwargs)
-    else:
-        await asyncio.to_thread(function.user_function, **kwargs)
+                await self.worker.invoke(function, {str(function.trigger["name"]):
+                                                    bindings.timer_trigger(past_due=False)})
+            except InvocationFailed as exc:
+                log.error("timer function %s failed: %s", function.name, exc)
 
 
 def _connection_names(index: AppIndex) -> set[str]:
-    names = {"AzureWebJobsStorage"}
-    for function in index.of_type("queueTrigger"):
-        names.add(function.trigger.get("connection", "AzureWebJobsStorage"))
-    return names
+    return {"AzureWebJobsStorage"} | {_connection_name(f) for f in index.of_type("queueTrigger")}
 
 
-def _connection(name: str) -> str:
-    value = os.environ.get(name)
-    if not value:
-        raise SystemExit(f"devhost: app setting {name!r} is missing; put a connection string "
-                         "in local.settings.json (Values) or the environment")
-    return value
+def _connection_name(function: Function) -> str:
+    return str(function.trigger.get("connection") or "AzureWebJobsStorage")
 
 
 async def _close_durable_client_session() -> None:

@@ -1,17 +1,28 @@
-"""Queue triggers with the Functions host's documented semantics.
+"""Queue triggers with the Functions host's rules, feeding Microsoft's worker.
 
-From Microsoft.Azure.WebJobs.Extensions.Storage (QueueListener, QueueProcessor):
+From Microsoft.Azure.WebJobs.Extensions.Storage.Queues (``QueueListener``,
+``QueueProcessor``), where it matters for an app:
 
-* poll with ``batchSize`` messages per request; fetch the next batch when fewer than
-  ``newBatchThreshold`` are in flight; back off exponentially (from 100 ms up to
-  ``maxPollingInterval``) while the queue is empty;
+* poll with ``batchSize`` messages per request; fetch the next batch when in-flight drops to
+  ``newBatchThreshold``; back off exponentially (from 100 ms up to ``maxPollingInterval``)
+  while the queue is empty - and also when a receive fails: the listener logs the error and
+  keeps polling, it never stops because storage was away;
 * lease each message for 10 minutes and renew the lease at half-interval while the function
-  runs;
+  runs; a renewal that fails is retried (the message is not given up because one update
+  failed), and renewals stop once the message is gone;
 * success: delete the message. Failure: if its dequeue count reached ``maxDequeueCount``,
   copy it to ``<queue>-poison`` and delete it, otherwise make it visible again after
   ``visibilityTimeout``;
 * a message whose dequeue count already exceeds ``maxDequeueCount``, or whose body is not
-  valid base64 (``messageEncoding: base64``), goes to the poison queue without invoking.
+  valid base64 (``messageEncoding: base64``), goes to the poison queue without invoking;
+* a body that is not UTF-8 text fails the invocation before the worker sees it (the host's
+  binding to a string parameter throws), so it is released and, at ``maxDequeueCount``,
+  poisoned like any failure;
+* an invocation running longer than ``functionTimeout`` fails (the worker's thread cannot be
+  stopped; the host stops waiting for it and settles the message as failed).
+
+The function itself runs in the worker library (``devhost.worker``): the listener sends the
+message as the host does (``devhost.bindings``) and reads the invocation's status.
 """
 
 from __future__ import annotations
@@ -22,21 +33,25 @@ import binascii
 import contextlib
 import logging
 from dataclasses import dataclass
-from typing import Any
 
-from azure.core.exceptions import HttpResponseError, ResourceExistsError
-from azure.functions.queue import QueueMessage as TriggerMessage  # what the worker passes
+from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
 from azure.storage.queue import QueueClient, QueueMessage, QueueServiceClient
 
-from devhost.loader import Function
+from devhost import bindings
+from devhost.appsettings import resolve
+from devhost.hostio import host_io
+from devhost.protos import TypedData
+from devhost.worker import Function, InvocationFailed, Worker
 
 log = logging.getLogger("devhost.queues")
 
+RENEWAL_RETRY_SECONDS = 5.0
+"""Pause before retrying a lease renewal that failed (the lease still has half its time)."""
 
 
 @dataclass(frozen=True)
 class QueueOptions:
-    """host.json ``extensions.queues``, with the host's defaults."""
+    """host.json ``extensions.queues`` and ``functionTimeout``, with the host's defaults."""
 
     batch_size: int = 16
     new_batch_threshold: int | None = None
@@ -47,6 +62,8 @@ class QueueOptions:
     lease_seconds: float = 600.0
     """The host's lease on a message while its function runs (fixed at 10 minutes there;
     shorter here only so that kill-and-restart tests need not wait that long)."""
+    function_timeout: float | None = None
+    """host.json ``functionTimeout`` in seconds (None: no limit)."""
 
     @property
     def threshold(self) -> int:
@@ -60,20 +77,24 @@ class Counters:
     invoked: int = 0
     succeeded: int = 0
     failed: int = 0
+    timed_out: int = 0
     poisoned: int = 0
+    receive_errors: int = 0
+    renewal_errors: int = 0
 
 
 class QueueListener:
     """Feeds one queue-triggered function."""
 
-    def __init__(self, function: Function, service: QueueServiceClient, options: QueueOptions,
-                 extra_args: dict[str, Any]) -> None:
+    def __init__(self, function: Function, worker: Worker, service: QueueServiceClient,
+                 options: QueueOptions, extra_inputs: dict[str, TypedData]) -> None:
         self.function = function
-        self.queue_name = function.trigger["queueName"]
+        self.worker = worker
+        self.queue_name = resolve(str(function.trigger["queueName"]))
         self.queue: QueueClient = service.get_queue_client(self.queue_name)
         self.poison: QueueClient = service.get_queue_client(self.queue_name + "-poison")
         self.options = options
-        self.extra_args = extra_args
+        self.extra_inputs = extra_inputs
         self.counters = Counters()
         self._in_flight: set[asyncio.Task[None]] = set()
 
@@ -83,7 +104,7 @@ class QueueListener:
             if len(self._in_flight) > self.options.threshold:
                 await asyncio.wait(self._in_flight, return_when=asyncio.FIRST_COMPLETED)
                 continue
-            messages = await asyncio.to_thread(self._receive)
+            messages = await self._receive()
             if not messages:
                 await sleep_or_stop(stop, interval)
                 interval = min(interval * 2, self.options.max_polling_interval)
@@ -96,9 +117,20 @@ class QueueListener:
         if self._in_flight:
             await asyncio.wait(self._in_flight)
 
-    def _receive(self) -> list[QueueMessage]:
-        return list(self.queue.receive_messages(max_messages=self.options.batch_size,
-                                                visibility_timeout=int(self.options.lease_seconds)))
+    async def _receive(self) -> list[QueueMessage]:
+        """One batch; a failed receive is logged and counts as an empty poll (back-off)."""
+        try:
+            return await host_io(self._receive_batch)
+        except Exception as exc:  # storage away, throttled, connection reset: keep polling
+            self.counters.receive_errors += 1
+            log.warning("receiving from %s failed (%s); backing off and polling again",
+                        self.queue_name, _short(exc))
+            return []
+
+    def _receive_batch(self) -> list[QueueMessage]:
+        return list(self.queue.receive_messages(
+            max_messages=self.options.batch_size,
+            visibility_timeout=int(self.options.lease_seconds)))
 
     async def _guarded(self, message: QueueMessage) -> None:
         try:
@@ -108,29 +140,41 @@ class QueueListener:
 
     async def _process(self, message: QueueMessage) -> None:
         if (message.dequeue_count or 1) > self.options.max_dequeue_count:
-            await asyncio.to_thread(self._poison, message, "dequeue count over the maximum")
+            await host_io(self._poison, message, "dequeue count over the maximum")
             return
-        body = self._decode(message)
-        if body is None:
-            await asyncio.to_thread(self._poison, message, "body is not valid base64")
+        raw = self._decode(message)
+        if raw is None:
+            await host_io(self._poison, message, "message decoding failed (not base64)")
+            return
+        try:
+            body = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            self.counters.failed += 1
+            log.info("%s: message %s is not UTF-8 text; the binding fails", self.function.name,
+                     message.id)
+            await self._settle(message, ok=False)
             return
         renewal = asyncio.create_task(self._renew(message))
         try:
             ok = await self._invoke(message, body)
         finally:
             renewal.cancel()
+        await self._settle(message, ok)
+
+    async def _settle(self, message: QueueMessage, ok: bool) -> None:
         try:
             if ok:
-                await asyncio.to_thread(self.queue.delete_message, message)
+                await host_io(self.queue.delete_message, message)
             elif (message.dequeue_count or 1) >= self.options.max_dequeue_count:
-                await asyncio.to_thread(self._poison, message, "function failed on the last "
-                                                               "allowed delivery")
+                await host_io(self._poison, message, "function failed on the last allowed "
+                                                     "delivery")
             else:
-                await asyncio.to_thread(self._release, message)
+                await host_io(self._release, message)
         except HttpResponseError as exc:  # the lease was lost; the message comes back anyway
-            log.info("settling %s on %s failed: %s", message.id, self.queue_name, exc)
+            log.info("settling %s on %s failed: %s", message.id, self.queue_name, _short(exc))
 
     def _decode(self, message: QueueMessage) -> bytes | None:
+        """The body's bytes (base64-decoded with ``messageEncoding: base64``)."""
         text = str(message.content)
         if self.options.message_encoding != "base64":
             return text.encode("utf-8")
@@ -139,19 +183,20 @@ class QueueListener:
         except (binascii.Error, ValueError):
             return None
 
-    async def _invoke(self, message: QueueMessage, body: bytes) -> bool:
-        # azure.functions' QueueMessage constructor has no annotations.
-        argument = TriggerMessage(  # type: ignore[no-untyped-call]
-            id=message.id, body=body, dequeue_count=message.dequeue_count,
-            pop_receipt=message.pop_receipt)
-        kwargs = {self.function.trigger["name"]: argument, **self.extra_args}
+    async def _invoke(self, message: QueueMessage, body: str) -> bool:
+        trigger, metadata = bindings.queue_trigger(message, body)
+        inputs = {str(self.function.trigger["name"]): trigger, **self.extra_inputs}
         self.counters.invoked += 1
         try:
-            if self.function.is_async:
-                await self.function.user_function(**kwargs)
-            else:
-                await asyncio.to_thread(self.function.user_function, **kwargs)
-        except Exception as exc:
+            await asyncio.wait_for(self.worker.invoke(self.function, inputs, metadata),
+                                   timeout=self.options.function_timeout)
+        except TimeoutError:
+            self.counters.failed += 1
+            self.counters.timed_out += 1
+            log.error("%s exceeded functionTimeout (%s s) on message %s; settled as a failure",
+                      self.function.name, self.options.function_timeout, message.id)
+            return False
+        except InvocationFailed as exc:
             self.counters.failed += 1
             log.info("%s failed on delivery %d: %s", self.function.name,
                      message.dequeue_count, exc)
@@ -160,11 +205,26 @@ class QueueListener:
         return True
 
     async def _renew(self, message: QueueMessage) -> None:
+        """Keep the lease while the function runs; retry a failed renewal, stop when the
+        message is gone."""
+        delay = self.options.lease_seconds / 2
         while True:
-            await asyncio.sleep(self.options.lease_seconds / 2)
-            receipt = await asyncio.to_thread(self.queue.update_message, message,
-                                              visibility_timeout=int(self.options.lease_seconds))
+            await asyncio.sleep(delay)
+            try:
+                receipt = await host_io(self.queue.update_message, message,
+                                        visibility_timeout=int(self.options.lease_seconds))
+            except ResourceNotFoundError:
+                log.warning("lease of %s on %s is lost: the message is gone", message.id,
+                            self.queue_name)
+                return
+            except Exception as exc:
+                self.counters.renewal_errors += 1
+                delay = min(RENEWAL_RETRY_SECONDS, self.options.lease_seconds / 4)
+                log.warning("renewing the lease of %s on %s failed (%s); retrying in %.1f s",
+                            message.id, self.queue_name, _short(exc), delay)
+                continue
             message.pop_receipt = receipt.pop_receipt
+            delay = self.options.lease_seconds / 2
 
     def _release(self, message: QueueMessage) -> None:
         self.queue.update_message(message, visibility_timeout=int(
@@ -180,6 +240,22 @@ class QueueListener:
                     self.queue_name, why)
 
 
+def _short(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
 async def sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
     with contextlib.suppress(asyncio.TimeoutError):
         await asyncio.wait_for(stop.wait(), timeout=seconds)
+
+
+def extra_inputs_for(function: Function, client_binding: str | None) -> dict[str, TypedData]:
+    """The non-trigger inputs of a queue-triggered function (the Durable client)."""
+    inputs: dict[str, TypedData] = {}
+    for binding in function.bindings:
+        if binding["type"] == "durableClient":
+            if client_binding is None:
+                raise RuntimeError(f"{function.name} has a durableClient binding but the app "
+                                   "has no orchestrator")
+            inputs[str(binding["name"])] = bindings.durable_client(client_binding)
+    return inputs

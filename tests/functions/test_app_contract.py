@@ -18,8 +18,6 @@ from typing import Any
 import azure.functions as func
 import pytest
 
-from devhost.loader import load_app
-
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -86,12 +84,6 @@ def test_signatures_match_bindings(function_app: ModuleType) -> None:
         if trigger.get_binding_name() == "queueTrigger":
             assert parameters["msg"].annotation in (func.QueueMessage, "func.QueueMessage")
             assert inspect.iscoroutinefunction(function.get_user_function())
-
-
-def test_devhost_indexes_the_same_functions(function_app: ModuleType) -> None:
-    index = load_app(ROOT)
-    assert {f.name for f in index.functions} == set(_bindings(function_app.app))
-    assert len(index.of_type("queueTrigger")) == 3
 
 
 def test_host_json_contract() -> None:

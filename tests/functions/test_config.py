@@ -82,3 +82,16 @@ def test_endpoint_subset_and_empty_endpoint(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="'idle' has no handler"):
         BusFunctions([_endpoint(), Endpoint("idle")], environ=ENV,
                      host_json=tmp_path / "host.json")
+
+
+def test_delivery_threads_setting(tmp_path: Path) -> None:
+    """BUS_DELIVERY_THREADS gives the queue triggers a pool of the bus's own; 0 (default)
+    leaves the event loop's default executor."""
+    default = BusFunctions([_endpoint()], environ=ENV, host_json=tmp_path / "host.json")
+    assert default.config.delivery_threads == 0 and default.delivery_executor is None
+    sized = BusFunctions([_endpoint()], environ={**ENV, "BUS_DELIVERY_THREADS": "12"},
+                         host_json=tmp_path / "host.json")
+    assert sized.delivery_executor is not None and sized.delivery_executor._max_workers == 12
+    with pytest.raises(ConfigurationError, match="BUS_DELIVERY_THREADS='-1' must not be"):
+        AppConfig.from_environment({**ENV, "BUS_DELIVERY_THREADS": "-1"},
+                                   tmp_path / "host.json")

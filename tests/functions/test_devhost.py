@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import signal
@@ -15,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from azure.storage.queue import QueueServiceClient
+from azure.core.exceptions import ServiceRequestError
+from azure.storage.queue import QueueClient, QueueServiceClient
 
-from devhost.loader import Function
-from devhost.queues import QueueListener, QueueOptions
+from devhost.azurite import Azurite
+from devhost.queues import Counters, QueueListener, QueueOptions
+from devhost.worker import Worker
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.azurite
@@ -42,7 +45,8 @@ def test_demo_end_to_end_prints_exactly_once_json() -> None:
 @pytest.fixture
 def app_env(azurite_connection: str, prefix: str) -> Iterator[dict[str, str]]:
     env = dict(os.environ, AzureWebJobsStorage=azurite_connection, BUS_PREFIX=prefix,
-               BUS_INLINE_DISPATCH_MAX="1", AzureWebJobsScriptRoot=str(ROOT))
+               BUS_INLINE_DISPATCH_MAX="1", BUS_DURABLE_HUB=f"Hub{prefix}",
+               AzureWebJobsScriptRoot=str(ROOT))
     saved = dict(os.environ)
     os.environ.update(env)
     sys.modules.pop("function_app", None)
@@ -109,33 +113,42 @@ def _done(bus: Any, endpoint: str, row: str, field: str) -> int:
     return sum(1 for count in _counters(bus, endpoint, row, field).values() if count)
 
 
-# -- the host's poison rules, on the devhost's listener ----------------------------------------
-class _Recorder:
-    def __init__(self, fail: bool) -> None:
-        self.calls: list[tuple[bytes, int]] = []
-        self.fail = fail
-
-    def __call__(self, msg: Any) -> None:
-        self.calls.append((msg.get_body(), msg.dequeue_count))
-        if self.fail:
-            raise RuntimeError("always fails")
+# -- the host's queue rules, on the devhost's listener and the real worker ------------------
+PROBE_APP = Path(__file__).resolve().parent / "probe_app"
 
 
-def _listen(connection: str, queue: str, recorder: _Recorder, seconds: float) -> None:
-    function = Function(name="probe", trigger_type="queueTrigger",
-                        trigger={"type": "queueTrigger", "name": "msg", "queueName": queue},
-                        bindings=[], user_function=recorder, is_async=False)
-    options = QueueOptions(batch_size=4, max_polling_interval=0.2, visibility_timeout=0.0,
-                           max_dequeue_count=3)
-    listener = QueueListener(function, QueueServiceClient.from_connection_string(connection),
-                             options, {})
+def _listen(connection: str, queue: str, seconds: float, *, mode: str = "ok",
+            **options: Any) -> tuple[list[tuple[str, int]], Counters]:
+    """Run the probe app's queue trigger through the worker for ``seconds``; its calls and
+    the listener's counters."""
+    settings = {"PROBE_QUEUE": queue, "PROBE_MODE": mode, "AzureWebJobsStorage": connection}
+    saved = dict(os.environ)
+    os.environ.update(settings)
+    try:
+        return asyncio.run(_run_probe(connection, seconds, QueueOptions(
+            **{"batch_size": 4, "max_polling_interval": 0.2, "visibility_timeout": 0.0,
+               "max_dequeue_count": 3, **options})))
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        sys.modules.pop("function_app", None)
 
-    async def run() -> None:
+
+async def _run_probe(connection: str, seconds: float,
+                     options: QueueOptions) -> tuple[list[tuple[str, int]], Counters]:
+    worker = Worker(PROBE_APP)
+    index = await worker.start()
+    try:
+        listener = QueueListener(index.named("probe"), worker,
+                                 QueueServiceClient.from_connection_string(connection), options,
+                                 {})
         stop = asyncio.Event()
         asyncio.get_running_loop().call_later(seconds, stop.set)
         await listener.run(stop)
-
-    asyncio.run(run())
+    finally:
+        worker.stop()
+    calls: list[tuple[str, int]] = sys.modules["function_app"].CALLS
+    return calls, listener.counters
 
 
 def test_host_poison_rules(azurite_connection: str, prefix: str) -> None:
@@ -143,16 +156,19 @@ def test_host_poison_rules(azurite_connection: str, prefix: str) -> None:
     queue, poison = service.get_queue_client(prefix), service.get_queue_client(prefix + "-poison")
     queue.create_queue()
     good = base64.b64encode(b"hello").decode()
+    not_utf8 = base64.b64encode(b"\xff\xfe").decode()
     queue.send_message("%%% not base64 %%%")
+    queue.send_message(not_utf8)
     queue.send_message(good)
-    recorder = _Recorder(fail=True)
-    _listen(azurite_connection, prefix, recorder, seconds=6)
-    # Undecodable: poisoned without invoking. Failing: invoked maxDequeueCount times, then
-    # copied to the poison queue as it was.
-    assert recorder.calls == [(b"hello", 1), (b"hello", 2), (b"hello", 3)]
+    calls, counters = _listen(azurite_connection, prefix, seconds=6, mode="fail")
+    # Not base64: poisoned at once. Not UTF-8: the binding fails before the worker, three
+    # times. Failing: invoked maxDequeueCount times (the body reaches the function as text).
+    # Both failing ones then copied to the poison queue as they were.
+    assert calls == [("hello", 1), ("hello", 2), ("hello", 3)]
     poisoned = sorted(m.content for m in poison.receive_messages(max_messages=32))
-    assert poisoned == sorted(["%%% not base64 %%%", good])
+    assert poisoned == sorted(["%%% not base64 %%%", not_utf8, good])
     assert queue.get_queue_properties().approximate_message_count == 0
+    assert counters.failed == 6 and counters.invoked == 3 and counters.poisoned == 3
 
 
 def test_over_dequeued_message_is_poisoned_without_invoking(azurite_connection: str,
@@ -164,8 +180,110 @@ def test_over_dequeued_message_is_poisoned_without_invoking(azurite_connection: 
     for _ in range(3):  # dequeued 3 times already: the 4th delivery exceeds the maximum
         message = next(iter(queue.receive_messages(max_messages=1)))
         queue.update_message(message, visibility_timeout=0)
-    recorder = _Recorder(fail=False)
-    _listen(azurite_connection, prefix, recorder, seconds=2)
-    assert recorder.calls == []
+    calls, _ = _listen(azurite_connection, prefix, seconds=2)
+    assert calls == []
     assert service.get_queue_client(prefix + "-poison").get_queue_properties(
     ).approximate_message_count == 1
+
+
+def test_function_timeout_fails_the_invocation_and_releases_the_message(
+        azurite_connection: str, prefix: str) -> None:
+    service = QueueServiceClient.from_connection_string(azurite_connection)
+    queue = service.get_queue_client(prefix)
+    queue.create_queue()
+    queue.send_message(base64.b64encode(b"slow").decode())
+    calls, counters = _listen(azurite_connection, prefix, seconds=3.5, mode="sleep:2",
+                              function_timeout=0.5, max_dequeue_count=10)
+    assert counters.timed_out >= 1 and counters.succeeded == 0, counters
+    assert calls and all(body == "slow" for body, _ in calls)
+    assert queue.get_queue_properties().approximate_message_count == 1  # not deleted
+
+
+def test_lease_renewal_survives_failed_renewals(azurite_connection: str, prefix: str) -> None:
+    """A renewal that fails is retried; the lease is kept and the message processed once."""
+    service = QueueServiceClient.from_connection_string(azurite_connection)
+    queue = service.get_queue_client(prefix)
+    queue.create_queue()
+    queue.send_message(base64.b64encode(b"long").decode())
+    failures = [2]
+    real_update = QueueClient.update_message
+
+    def flaky_update(self: QueueClient, *args: Any, **kwargs: Any) -> Any:
+        if failures[0] > 0 and kwargs.get("visibility_timeout", 0) > 0:
+            failures[0] -= 1
+            raise ServiceRequestError("connection reset (injected)")
+        return real_update(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(QueueClient, "update_message", flaky_update)
+        patch.setattr("devhost.queues.RENEWAL_RETRY_SECONDS", 0.2)
+        calls, counters = _listen(azurite_connection, prefix, seconds=6, mode="sleep:3.5",
+                                  lease_seconds=2.0)
+    assert counters.renewal_errors == 2 and counters.succeeded == 1, counters
+    assert calls == [("long", 1)]  # the lease held: never delivered a second time
+    assert queue.get_queue_properties().approximate_message_count == 0
+
+
+# -- a storage outage under a running devhost ---------------------------------------------------
+def test_devhost_survives_a_storage_outage(tmp_path: Path, prefix: str) -> None:
+    """Azurite stopped and restarted (same ports, same data) under a running devhost: the
+    listeners back off and keep polling, the host stays up, and every order completes once."""
+    emulator = Azurite(location=tmp_path / "azurite")
+    connection = emulator.start()
+    env = dict(os.environ, AzureWebJobsStorage=connection, BUS_PREFIX=prefix,
+               BUS_INLINE_DISPATCH_MAX="1", BUS_DURABLE_HUB=f"Hub{prefix}",
+               AzureWebJobsScriptRoot=str(ROOT))
+    saved = dict(os.environ)
+    os.environ.update(env)
+    sys.modules.pop("function_app", None)
+    host = None
+    try:
+        import function_app as app
+
+        bus = app.bus_functions.bus
+        bus.provision()
+        log = tmp_path / "devhost.log"
+        host = _devhost(env, log)
+        first = [f"a{i:02d}" for i in range(10)]
+        _place(app, bus, first)
+        _wait_until(host, log, lambda: _done(bus, "orders", "order", "billed") >= 5, 90)
+        emulator.stop()  # storage away for longer than the SDK's own retries last
+        time.sleep(25)
+        assert host.poll() is None, _tail(log)
+        emulator.start()
+        second = [f"b{i:02d}" for i in range(10)]
+        _place(app, bus, second)
+        orders = first + second
+        _wait_until(host, log, lambda: _done(bus, "orders", "order", "billed")
+                    == _done(bus, "shipping", "shipment", "packed") == len(orders), 180)
+        for endpoint, row, field in (("orders", "order", "placed"),
+                                     ("orders", "order", "billed"),
+                                     ("shipping", "shipment", "packed")):
+            counts = _counters(bus, endpoint, row, field)
+            assert sorted(counts) == orders and set(counts.values()) == {1}, (endpoint, counts)
+        assert "backing off" in log.read_text()  # the outage was seen, and survived
+    finally:
+        if host is not None:
+            host.send_signal(signal.SIGTERM)
+            host.wait(timeout=60)
+        emulator.stop()
+        os.environ.clear()
+        os.environ.update(saved)
+        sys.modules.pop("function_app", None)
+
+
+def _place(app: Any, bus: Any, order_ids: list[str]) -> None:
+    for order_id in order_ids:
+        bus.send(app.PlaceOrder(order_id=order_id, customer=f"c{order_id[-1]}",
+                                amount_cents=100))
+
+
+def _wait_until(host: subprocess.Popen[bytes], log: Path, done: Any, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert host.poll() is None, _tail(log)
+        with contextlib.suppress(Exception):  # the test's own reads during the outage
+            if done():
+                return
+        time.sleep(0.5)
+    raise AssertionError(f"not done within {seconds} s; " + _tail(log))

@@ -1,4 +1,5 @@
-"""The outbox orchestration through the real Durable replay engine (devhost's runtime)."""
+"""The outbox orchestration through the real Durable replay engine (devhost's runtime), every
+function invoked through Microsoft's worker."""
 
 from __future__ import annotations
 
@@ -10,33 +11,52 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import azure.functions as func
 import pytest
 
 from bus.hosting.functions.trigger import QueueTrigger
 from bus.protocol.receive import Outcome
+from devhost import bindings
 from devhost.durable import TASK_COMPLETED, TASK_SCHEDULED, DurableRuntime
-from devhost.loader import load_app
+from devhost.hostio import Connection
+from devhost.worker import AppIndex, Worker
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.azurite
 
 
 @pytest.fixture
-def app(azurite_connection: str, prefix: str) -> Iterator[Any]:
+def worker(azurite_connection: str, prefix: str) -> Iterator[Worker]:
     saved = dict(os.environ)
     os.environ.update(AzureWebJobsStorage=azurite_connection, BUS_PREFIX=prefix,
                       BUS_INLINE_DISPATCH_MAX="0", AzureWebJobsScriptRoot=str(ROOT))
-    index = load_app(ROOT)
-    yield index
+    worker = Worker(ROOT)
+    asyncio.run(worker.start())
+    yield worker
+    worker.stop()
     os.environ.clear()
     os.environ.update(saved)
     sys.modules.pop("function_app", None)
 
 
+def _call(worker: Worker, name: str, argument: Any) -> Any:
+    """One activity invocation through the worker: its result, decoded."""
+    function = worker.index.named(name)
+    returned = asyncio.run(worker.invoke(function, {"job": bindings.activity_trigger(
+        json.dumps(argument))}))
+    return json.loads(bindings.returned_json(returned))
+
+
+def _replay(worker: Worker, context: dict[str, Any]) -> dict[str, Any]:
+    returned = asyncio.run(worker.invoke(worker.index.named("bus_outbox"), {
+        "context": bindings.orchestration_trigger(context)}))
+    state: dict[str, Any] = json.loads(bindings.returned_json(returned))
+    return state
+
+
 def test_outbox_orchestration_replays_and_survives_repeated_activities(
-        app: Any, azurite_connection: str, prefix: str) -> None:
-    module = app.module
+        worker: Worker, azurite_connection: str, prefix: str) -> None:
+    module = sys.modules["function_app"]
+    app: AppIndex = worker.index
     bus = module.bus_functions.bus
     bus.provision()
     bus.send(module.PlaceOrder(order_id="r1", customer="c1", amount_cents=250))
@@ -48,7 +68,8 @@ def test_outbox_orchestration_replays_and_survives_repeated_activities(
     assert delivery.outcome is Outcome.PROCESSED and delivery.handoff is not None
     assert bus.storage.queues.depth(bus.names.queue("billing")) == 0  # not dispatched yet
 
-    runtime = DurableRuntime(app, azurite_connection, f"h{prefix}")
+    runtime = DurableRuntime(app, worker, Connection("AzureWebJobsStorage", azurite_connection),
+                             f"h{prefix}")
     runtime.provision()
     job = {"endpoint": "orders", "partition": "r1", "message_id": delivery.handoff.message_id}
     # An activity runs at least once: run the whole fan-out by hand first, twice over.
@@ -58,7 +79,7 @@ def test_outbox_orchestration_replays_and_survives_repeated_activities(
     results = []
     for name in steps:
         arguments = {**job, "indexes": [0, 1]} if name.endswith("signal") else job
-        results.append(app.named(name).user_function(arguments))
+        results.append(_call(worker, name, arguments))
     # Two copies each time; the second finish and the late prepare see the record finished.
     assert results == [2, 2, 2, 2, True, False, None, 2]
     status, _ = runtime.start("bus_outbox", "i1", json.dumps(job))
@@ -77,10 +98,9 @@ def test_outbox_orchestration_replays_and_survives_repeated_activities(
                                   "account").properties["invoices"] == 1
 
     # Replaying the final history schedules nothing new and gives the same result.
-    handle = app.named("bus_outbox").user_function
     context = {"history": instance.history, "instanceId": "i1", "isReplaying": True,
                "parentInstanceId": None, "input": instance.input, "upperSchemaVersion": 0}
-    state = json.loads(handle(func.OrchestrationContext(json.dumps(context))))
+    state = _replay(worker, context)
     assert state["isDone"] and state["output"] == "finished elsewhere"
     types = [e["EventType"] for e in instance.history]
     assert types.count(TASK_SCHEDULED) == types.count(TASK_COMPLETED) == 1  # prepare only

@@ -13,8 +13,9 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Generator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import azure.durable_functions as df
 import azure.functions as func
@@ -38,6 +39,20 @@ MAINTENANCE_SCHEDULE = "0 */5 * * * *"
 RETRY = df.RetryOptions(first_retry_interval_in_milliseconds=1000, max_number_of_attempts=5)
 _INSTANCE_NAMESPACE = uuid.UUID("0f9e6b1e-5d0c-4d43-9a57-6c1f1b0f7a10")
 _RUNNING = {df.OrchestrationRuntimeStatus.Running, df.OrchestrationRuntimeStatus.Pending}
+
+
+class OutboxJob(TypedDict, total=False):
+    """An outbox activity's input: which record (and, for ``signal``, which copies).
+
+    A class, not ``dict[str, Any]``: the Python worker refuses a parameter whose annotation is
+    neither a class nor a ``typing`` generic, and a refused function keeps the whole app from
+    loading (tests/functions/test_real_worker.py loads every function through the worker).
+    """
+
+    endpoint: str
+    partition: str
+    message_id: str
+    indexes: list[int]
 
 
 def trigger_function_name(endpoint: str) -> str:
@@ -67,6 +82,10 @@ class BusFunctions(df.Blueprint):  # type: ignore[misc]
             update={"max_delivery_count": self.config.max_dequeue_count})
         self.bus = Bus(self.config.storage(), endpoints, prefix=self.config.prefix,
                        routes=routes, settings=settings)
+        # BUS_DELIVERY_THREADS: None runs deliveries on the event loop's default executor.
+        threads = self.config.delivery_threads
+        self.delivery_executor = (
+            ThreadPoolExecutor(threads, thread_name_prefix="bus-delivery") if threads else None)
         for name in self.config.hosted_endpoints(list(self.bus.topology.endpoints)):
             if not self.bus.topology.endpoint(name).routes:
                 raise ConfigurationError(f"endpoint {name!r} has no handler: add one with "
@@ -80,10 +99,11 @@ class BusFunctions(df.Blueprint):  # type: ignore[misc]
         trigger = QueueTrigger(self.bus, endpoint,
                                max_dequeue_count=self.config.max_dequeue_count,
                                inline_dispatch_max=self.config.inline_dispatch_max)
+        executor = self.delivery_executor
 
         async def run(msg: func.QueueMessage, client: df.DurableOrchestrationClient) -> None:
-            delivery = await asyncio.to_thread(trigger.deliver, msg.get_body(),
-                                               msg.dequeue_count or 1)
+            delivery = await asyncio.get_running_loop().run_in_executor(
+                executor, trigger.deliver, msg.get_body(), msg.dequeue_count or 1)
             for handoff in delivery.handoffs:  # a bundle's signals may leave several
                 await start_dispatch(client, handoff)
 
@@ -111,15 +131,15 @@ class BusFunctions(df.Blueprint):  # type: ignore[misc]
             finished = yield context.call_activity_with_retry(FINISH, RETRY, job)
             return "dispatched" if finished else "finished elsewhere"
 
-        def bus_outbox_prepare(job: dict[str, Any]) -> int | None:
+        def bus_outbox_prepare(job: OutboxJob) -> int | None:
             return bus.outbox_driver(job["endpoint"]).prepare(job["partition"],
                                                               job["message_id"])
 
-        def bus_outbox_signal(job: dict[str, Any]) -> int:
+        def bus_outbox_signal(job: OutboxJob) -> int:
             return bus.outbox_driver(job["endpoint"]).signal(job["partition"], job["message_id"],
                                                              job["indexes"])
 
-        def bus_outbox_finish(job: dict[str, Any]) -> bool:
+        def bus_outbox_finish(job: OutboxJob) -> bool:
             return bus.outbox_driver(job["endpoint"]).finish(job["partition"], job["message_id"])
 
         self.orchestration_trigger(context_name="context", orchestration=ORCHESTRATOR)(

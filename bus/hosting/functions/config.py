@@ -27,6 +27,9 @@ STALLED_OUTBOX_SECONDS = 600.0
 """Default of ``BUS_STALLED_OUTBOX_SECONDS``: maintenance finishes outbox records older than
 this (an orchestration that failed for good, or a host that died between commit and start)."""
 
+DELIVERY_THREADS = 0
+"""Default of ``BUS_DELIVERY_THREADS``: threads that run the endpoints' deliveries."""
+
 
 @dataclass(frozen=True)
 class AppConfig:
@@ -43,6 +46,9 @@ class AppConfig:
     """``BUS_ENDPOINTS``: the endpoints this app runs (comma-separated; default all), so one
     codebase can be deployed as several apps that scale separately."""
     environ: Mapping[str, str]
+    delivery_threads: int = DELIVERY_THREADS
+    """``BUS_DELIVERY_THREADS``: threads the queue triggers run deliveries on (blocking storage
+    calls); 0 uses the event loop's default executor."""
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None,
@@ -64,10 +70,11 @@ class AppConfig:
                           problems)
         max_dequeue = _max_dequeue_count(host_json or _default_host_json(), problems)
         hosted = tuple(n.strip() for n in env.get("BUS_ENDPOINTS", "").split(",") if n.strip())
+        threads = _number(env, "BUS_DELIVERY_THREADS", DELIVERY_THREADS, int, problems)
         if problems:
             raise ConfigurationError("the bus cannot start:\n  - " + "\n  - ".join(problems))
         return cls(connection, prefix, int(inline), float(stalled), max_dequeue, hosted or None,
-                   env)
+                   env, int(threads))
 
     def hosted_endpoints(self, defined: Sequence[str]) -> list[str]:
         """The endpoints to run here; an unknown name in ``BUS_ENDPOINTS`` is an error."""

@@ -1,0 +1,33 @@
+"""App settings as the host applies them: ``local.settings.json`` and ``%NAME%`` references."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+
+def load_local_settings(script_root: Path) -> dict[str, str]:
+    """``local.settings.json`` Values, as ``func start`` applies them (the environment wins)."""
+    path = script_root / "local.settings.json"
+    if not path.exists():
+        return {}
+    values = json.loads(path.read_text()).get("Values", {})
+    return {k: str(v) for k, v in values.items()}
+
+
+def resolve(value: str, environ: Mapping[str, str] | None = None) -> str:
+    """``%NAME%`` references in a binding property or host.json value replaced by app
+    settings, as the host resolves them; a missing setting stops the host with its name."""
+    settings = os.environ if environ is None else environ
+
+    def lookup(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in settings:
+            raise SystemExit(f"devhost: the app refers to app setting %{name}% which is not "
+                             "set; add it to local.settings.json (Values) or the environment")
+        return settings[name]
+
+    return re.sub(r"%([^%]+)%", lookup, value)
