@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from bus import Bus, Command, Context, Endpoint, Event, RetryPolicy
-from bus.hosting.worker import Worker
 from bus.storage import Storage
 
 
@@ -46,15 +45,6 @@ def build(storage: Storage, prefix: str, **kwargs: object) -> Bus:
     bus = Bus(storage, [orders, billing, shipping], prefix=prefix, **kwargs)  # type: ignore[arg-type]
     bus.provision()
     return bus
-
-
-def drain(bus: Bus, rounds: int = 20) -> dict[str, dict[str, int]]:
-    """Poll every endpoint until a whole round finds nothing; return outcomes per endpoint."""
-    workers = {name: Worker(bus, name, retry_delay=0) for name in bus.topology.endpoints}
-    for _ in range(rounds):
-        if not sum(w.poll_once() for w in workers.values()):
-            break
-    return {name: w.outcomes for name, w in workers.items()}
 
 
 def state(bus: Bus, endpoint: str, partition: str, key: str) -> dict[str, object] | None:

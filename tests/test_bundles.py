@@ -14,10 +14,10 @@ import pytest
 from bus import Bus, Command, Context, Endpoint, RetryPolicy, Settings
 from bus.envelope import MAX_SIGNAL_BYTES, Envelope, encode_bundle, split_bundle
 from bus.hosting.functions.trigger import QueueTrigger
-from bus.hosting.worker import Worker
 from bus.protocol.bundles import MAX_PARTS, pack, parts
 from bus.protocol.receive import HandlerFailed, Outcome
 from bus.storage import QueueMessage, Storage
+from bus.testing import drain
 from tests.orderflow import state
 
 
@@ -71,22 +71,15 @@ def waiting(bus: Bus, endpoint: str) -> list[QueueMessage]:
     return found
 
 
-def drain(bus: Bus, endpoint: str, *, batched: bool = True) -> dict[str, int]:
-    worker = Worker(bus, endpoint, retry_delay=0, batched=batched)
-    while worker.poll_once():
-        pass
-    return worker.outcomes
-
-
 @pytest.mark.parametrize("batched", [True, False])
 def test_sends_to_one_endpoint_share_a_queue_message(storage: Storage, prefix: str,
                                                      batched: bool) -> None:
     bus = build(storage, prefix)
     bus.send(Split(keys=["a", "b", "c"]))
-    drain(bus, "splitter")
+    drain(bus, ["splitter"])
     [message] = waiting(bus, "counter")
     assert len(parts([message])) == 3
-    assert drain(bus, "counter", batched=batched) == {"processed": 3}
+    assert drain(bus, ["counter"], batched=batched).total() == {"processed": 3}
     assert [count(bus, k) for k in "abc"] == [1, 1, 1]
     assert waiting(bus, "counter") == []
     assert bus.courier.bundled == 3
@@ -95,9 +88,9 @@ def test_sends_to_one_endpoint_share_a_queue_message(storage: Storage, prefix: s
 def test_turned_off_every_signal_is_its_own_message(storage: Storage, prefix: str) -> None:
     bus = build(storage, prefix, bundles=False)
     bus.send(Split(keys=["a", "b", "c"]))
-    drain(bus, "splitter")
+    drain(bus, ["splitter"])
     assert len(waiting(bus, "counter")) == 3
-    assert drain(bus, "counter") == {"processed": 3}
+    assert drain(bus, ["counter"]).total() == {"processed": 3}
 
 
 @pytest.mark.parametrize("batched", [True, False])
@@ -105,8 +98,8 @@ def test_a_failed_part_brings_its_bundle_back_and_the_others_are_duplicates(
         storage: Storage, prefix: str, batched: bool) -> None:
     bus = build(storage, prefix)
     bus.send(Split(keys=["a", "b", "c"], fail_once="b"))
-    drain(bus, "splitter")
-    outcomes = drain(bus, "counter", batched=batched)
+    drain(bus, ["splitter"])
+    outcomes = drain(bus, ["counter"], batched=batched).total()
     assert outcomes == {"processed": 3, "duplicate": 2}  # a and c again, as duplicates
     assert [count(bus, k) for k in "abc"] == [1, 1, 1]
     assert waiting(bus, "counter") == []
@@ -126,12 +119,13 @@ def _signals(bus: Bus, endpoint: str) -> list[str]:
 def test_a_bad_part_is_poisoned_alone(storage: Storage, prefix: str, batched: bool) -> None:
     bus = build(storage, prefix, bundles=False)
     bus.send(Split(keys=["a", "b"]))
-    drain(bus, "splitter")
+    drain(bus, ["splitter"])
     texts = _signals(bus, "counter")
     garbage = json.dumps({"bus": 1, "message_type": "Add"})
     bus.storage.queues.send(bus.names.queue("counter"), encode_bundle([texts[0], garbage,
                                                                        texts[1]]))
-    assert drain(bus, "counter", batched=batched) == {"processed": 2, "poisoned": 1}
+    drained = drain(bus, ["counter"], batched=batched, fail_fast=False)
+    assert drained.total() == {"processed": 2, "poisoned": 1}
     [letter] = bus.dead_letters("counter").entries()
     assert "envelope is invalid" in letter.entry.reason
     assert json.loads(base64.b64decode(letter.entry.original_body)) == json.loads(garbage)
@@ -142,7 +136,7 @@ def test_a_bad_part_is_poisoned_alone(storage: Storage, prefix: str, batched: bo
 def test_the_functions_trigger_delivers_every_part(storage: Storage, prefix: str) -> None:
     bus = build(storage, prefix)
     bus.send(Split(keys=["a", "b", "c"], fail_once="c"))
-    drain(bus, "splitter")
+    drain(bus, ["splitter"])
     [message] = waiting(bus, "counter")
     trigger = QueueTrigger(bus, "counter", max_dequeue_count=5, inline_dispatch_max=None)
     raw = base64.b64decode(message.body)
@@ -179,7 +173,7 @@ def test_a_plain_signal_is_not_a_bundle() -> None:
 def test_scheduled_copies_travel_alone(storage: Storage, prefix: str) -> None:
     plain = build(storage, prefix, bundles=False)
     plain.send(Split(keys=["a", "b", "c"]))
-    drain(plain, "splitter")
+    drain(plain, ["splitter"])
     envelopes = [Envelope.model_validate_json(t) for t in _signals(plain, "counter")]
     later = envelopes[1].model_copy(update={
         "not_before": datetime.now(timezone.utc) + timedelta(hours=1)})

@@ -11,11 +11,11 @@ import pytest
 from click.testing import CliRunner
 
 from bus import Bus
-from bus.hosting.worker import Worker
 from bus.operations.cli import main
 from bus.protocol.deadletters import ReplayResult
 from bus.protocol.inbox import TokenState
 from bus.storage import NotFound, Storage
+from bus.testing import drain
 from tests import dlq_app
 from tests.dlq_app import Charge
 
@@ -25,14 +25,6 @@ def _failing() -> Iterator[None]:
     dlq_app.FAILING["on"] = True
     yield
     dlq_app.FAILING["on"] = True
-
-
-def drain(bus: Bus) -> dict[str, int]:
-    worker = Worker(bus, "payments", retry_delay=0)
-    for _ in range(10):
-        if not worker.poll_once():
-            break
-    return worker.outcomes
 
 
 def charged(bus: Bus, order_id: str) -> int:
@@ -45,7 +37,7 @@ def charged(bus: Bus, order_id: str) -> int:
 
 def poisoned(bus: Bus, order_id: str) -> str:
     bus.send(Charge(order_id=order_id, amount=7))
-    assert drain(bus) == {"poisoned": 1}
+    assert drain(bus, fail_fast=False).total() == {"poisoned": 1}
     [letter] = bus.dead_letters("payments").entries()
     assert letter.token is TokenState.PARKED and letter.replayable
     assert letter.entry.exception == f"RuntimeError: gateway down for {order_id}"
@@ -60,7 +52,7 @@ def test_replay_processes_a_dead_letter_exactly_once(storage: Storage, prefix: s
     letters = bus.dead_letters("payments")
     assert letters.replay({entry}) == {entry: ReplayResult.REPLAYED}
     assert letters.replay() == {}  # the entry is gone: a second replay finds nothing
-    assert drain(bus) == {"processed": 1}
+    assert drain(bus).total() == {"processed": 1}
     assert charged(bus, "o1") == 1
 
 
@@ -76,7 +68,7 @@ def test_an_interrupted_replay_resends_and_a_stale_entry_is_dropped(storage: Sto
     assert token is not None and bus.inbox.unpark(token, 0.0)
     assert bus.dead_letters("payments").replay() == {entry: ReplayResult.RESENT}
     bus.storage.queues.send(bus.names.queue("payments"), letter.entry.original_body)  # a copy
-    assert drain(bus) == {"processed": 1, "duplicate": 1}
+    assert drain(bus).total() == {"processed": 1, "duplicate": 1}
     assert charged(bus, "o2") == 1
     # An entry whose message was processed since is stale: replaying removes it, sends nothing.
     bus.poison_queue("payments").put(letter.entry.original_body, reason="again",
@@ -99,7 +91,7 @@ def test_a_signal_the_host_moved_is_replayed_by_resending(storage: Storage,
     [letter] = bus.dead_letters("payments").entries()
     assert "by the host" in letter.entry.reason and letter.token is TokenState.LIVE
     assert bus.dead_letters("payments").replay() == {letter.id: ReplayResult.RESENT}
-    assert drain(bus) == {"processed": 1}
+    assert drain(bus).total() == {"processed": 1}
     assert charged(bus, "o3") == 1
 
 
@@ -111,7 +103,7 @@ def test_purge_removes_the_entry_and_its_parked_token(storage: Storage, prefix: 
     assert bus.dead_letters("payments").entries() == []
     dlq_app.FAILING["on"] = False
     bus.storage.queues.send(bus.names.queue("payments"), letter.entry.original_body)
-    assert drain(bus) == {"duplicate": 1}  # a late copy of a purged message does nothing
+    assert drain(bus).total() == {"duplicate": 1}  # a late copy of a purged message does nothing
     assert charged(bus, "o4") == 0
 
 
@@ -145,7 +137,7 @@ def _run_dlq_commands(bus: Bus) -> None:
     dlq_app.FAILING["on"] = False
     replayed = runner.invoke(main, ["dlq", "replay", "payments", "--all", *app])
     assert replayed.exit_code == 0 and f"{entry}  replayed" in replayed.output
-    assert drain(bus) == {"processed": 1} and charged(bus, "o5") == 1
+    assert drain(bus).total() == {"processed": 1} and charged(bus, "o5") == 1
     missing = runner.invoke(main, ["dlq", "replay", "payments", "nope", *app])
     assert missing.exit_code == 1 and "nope  not found" in missing.output
     dlq_app.FAILING["on"] = True

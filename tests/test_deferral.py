@@ -9,6 +9,7 @@ from bus import Bus, Command, Context, Endpoint, Event, Settings
 from bus.hosting.worker import Worker
 from bus.protocol.inbox import TokenState
 from bus.storage import Entity, NotFound, Storage
+from bus.testing import drain
 
 
 class Ship(Command):
@@ -54,13 +55,6 @@ def build(storage: Storage, prefix: str, clock: Clock | None = None) -> Bus:
     return bus
 
 
-def drain(bus: Bus) -> dict[str, int]:
-    worker = Worker(bus, "orders", retry_delay=0)
-    while worker.poll_once():
-        pass
-    return worker.outcomes
-
-
 def row(bus: Bus, order_id: str, key: str) -> dict[str, object] | None:
     try:
         return dict(bus.storage.tables.get(bus.names.state_table("orders"), order_id,
@@ -73,7 +67,7 @@ def test_a_deferred_message_waits_until_it_is_released_by_id(storage: Storage,
                                                              prefix: str) -> None:
     bus = build(storage, prefix)
     ship_id = bus.send(Ship(order_id="o1"))
-    assert drain(bus) == {"deferred": 1}
+    assert drain(bus).total() == {"deferred": 1}
     # Set aside with the handler's state, committed together; nothing processed it.
     assert row(bus, "o1", "waiting") == {"ship": ship_id, "deferrals": 0}
     assert row(bus, "o1", "shipped") is None
@@ -84,12 +78,12 @@ def test_a_deferred_message_waits_until_it_is_released_by_id(storage: Storage,
     assert fetched is not None and fetched.envelope.destination == "orders"
     assert deferred.get("no-such-message") is None
     assert deferred.release(ship_id) is True
-    assert drain(bus) == {"deferred": 1}  # not paid yet: the handler defers it again
+    assert drain(bus).total() == {"deferred": 1}  # not paid yet: the handler defers it again
     again = deferred.get(ship_id)
     assert again is not None and again.deferrals == 1
     bus.storage.tables.replace(bus.names.state_table("orders"), _paid("o1"))
     assert deferred.release(ship_id) is True
-    assert drain(bus) == {"processed": 1}
+    assert drain(bus).total() == {"processed": 1}
     assert row(bus, "o1", "shipped") == {"n": 1, "deferrals": 2, "label": 0}
     assert deferred.release(ship_id) is False and deferred.list() == []  # processed: gone
     bus.sweeper().sweep()
@@ -100,12 +94,12 @@ def test_a_handler_releases_a_deferred_message_when_it_commits(storage: Storage,
                                                                prefix: str) -> None:
     bus = build(storage, prefix)
     bus.send(Ship(order_id="o2", label="x" * 60_000))  # a claim-checked payload
-    assert drain(bus) == {"deferred": 1}
+    assert drain(bus).total() == {"deferred": 1}
     assert len(bus.payloads.refs()) == 1
     bus.sweeper().sweep()
     assert len(bus.payloads.refs()) == 1  # kept while the message waits
     bus.publish(PaymentReceived(order_id="o2"))
-    outcomes = drain(bus)
+    outcomes = drain(bus).total()
     assert outcomes == {"processed": 2}  # the payment, then the released Ship
     assert row(bus, "o2", "shipped") == {"n": 1, "deferrals": 1, "label": 60_000}
     assert bus.deferred("orders").list() == [] and bus.payloads.refs() == []
@@ -118,7 +112,7 @@ def test_copies_of_a_deferred_message_are_duplicates(storage: Storage, prefix: s
     [leased] = storage.queues.receive(queue, max_messages=1, lease=0.5)
     storage.queues.send(queue, leased.body)  # a second copy of the same signal
     storage.queues.extend(queue, leased, lease=0)
-    assert drain(bus) == {"deferred": 1, "duplicate": 1}
+    assert drain(bus).total() == {"deferred": 1, "duplicate": 1}
     [token] = bus.inbox.all()
     assert token.state is TokenState.DEFERRED
 
@@ -133,11 +127,11 @@ def test_the_sweeper_finishes_a_release_that_stopped_half_way(storage: Storage,
     token = bus.inbox.find("orders", ship_id)
     assert token is not None and bus.inbox.release(token, clock()) is not None
     # ... and the releasing process died before it sent the signal.
-    assert drain(bus) == {} and bus.deferred("orders").list() == []
+    assert drain(bus).total() == {} and bus.deferred("orders").list() == []
     assert bus.sweeper().sweep().released_signals_resent == 0  # too early to tell
     clock.now += 61
     assert bus.sweeper().sweep().released_signals_resent == 1
-    assert drain(bus) == {"processed": 1}
+    assert drain(bus).total() == {"processed": 1}
     assert row(bus, "o4", "shipped") == {"n": 1, "deferrals": 1, "label": 0}
 
 

@@ -20,10 +20,10 @@ from bus import (
     Settings,
 )
 from bus.envelope import decode_signal
-from bus.hosting.worker import Worker
 from bus.middleware import HandleNext, SendNext
 from bus.protocol.poison import PoisonEntry
 from bus.storage import NotFound, Storage
+from bus.testing import drain
 
 
 class Reserve(Command):
@@ -105,18 +105,6 @@ def build(storage: Storage, prefix: str, log: list[str],
     return bus
 
 
-def drain(bus: Bus) -> dict[str, int]:
-    workers = [Worker(bus, name, retry_delay=0) for name in ("stock", "shipping")]
-    for _ in range(20):
-        if not sum(w.poll_once() for w in workers):
-            break
-    outcomes: dict[str, int] = {}
-    for worker in workers:
-        for outcome, n in worker.outcomes.items():
-            outcomes[outcome] = outcomes.get(outcome, 0) + n
-    return outcomes
-
-
 def row(bus: Bus, endpoint: str, partition: str, key: str) -> dict[str, object] | None:
     try:
         return dict(bus.storage.tables.get(bus.names.state_table(endpoint), partition,
@@ -131,7 +119,7 @@ def test_bus_middleware_wraps_endpoint_middleware_around_handler_and_sends(
     bus = build(storage, prefix, log)
     bus.send(Reserve(sku="apple", quantity=2))
     assert log == ["bus:send Reserve"]  # the client's send goes through the bus's middleware
-    assert drain(bus) == {"processed": 2}
+    assert drain(bus).total() == {"processed": 2}
     assert log[1:6] == ["bus>Reserve", "endpoint>Reserve", "handler apple",
                         "bus:send Ship", "endpoint:send Ship"]
     assert log[6:8] == ["endpoint<Reserve", "bus<Reserve"]
@@ -150,7 +138,7 @@ def test_short_circuits_consume_without_effect_and_drop_sends(storage: Storage,
     bus = build(storage, prefix, log)
     bus.send(Reserve(sku="pear", quantity=0))
     bus.send(Reserve(sku="void"))
-    assert drain(bus) == {"processed": 2}  # nothing redelivered, nothing poisoned
+    assert drain(bus).total() == {"processed": 2}  # nothing redelivered, nothing poisoned
     assert "handler pear" not in log and row(bus, "stock", "pear", "stock") is None
     assert row(bus, "stock", "void", "stock") == {"reserved": 1}  # handled, send dropped
     assert row(bus, "shipping", "void", "shipment") is None
@@ -160,7 +148,7 @@ def test_short_circuits_consume_without_effect_and_drop_sends(storage: Storage,
 def test_reject_poisons_at_once_with_the_reason(storage: Storage, prefix: str) -> None:
     bus = build(storage, prefix, [])
     bus.send(Reserve(sku="plum", quantity=-3))
-    assert drain(bus) == {"poisoned": 1}
+    assert drain(bus, fail_fast=False).total() == {"poisoned": 1}
     [body] = [m.body for m in storage.queues.receive(bus.names.poison_queue("stock"),
                                                       max_messages=5, lease=30)]
     entry = PoisonEntry.decode(body)
@@ -174,7 +162,7 @@ def test_middleware_failures_are_retried_and_the_effect_happens_once(
     flaky = Flaky()
     bus = build(storage, prefix, log, extra=(flaky,))
     bus.send(Reserve(sku="fig", quantity=5))
-    assert drain(bus) == {"processed": 2}
+    assert drain(bus).total() == {"processed": 2}
     assert log.count("handler fig") == 1 and row(bus, "stock", "fig", "stock") == {
         "reserved": 5}
 
@@ -190,7 +178,7 @@ def test_duplicates_never_reach_middleware(storage: Storage, prefix: str) -> Non
     assert decode_signal(leased.body).message_type == "Reserve"
     storage.queues.send(queue, leased.body)  # a duplicate copy of the same signal
     storage.queues.extend(queue, leased, lease=0)
-    assert drain(bus) == {"processed": 2, "duplicate": 1}
+    assert drain(bus).total() == {"processed": 2, "duplicate": 1}
     assert log.count("bus>Reserve") == 1 and log.count("handler kiwi") == 1
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from bus import Bus, Command, ConfigurationError, Context, Endpoint
-from bus.hosting.worker import Worker
 from bus.storage import NotFound, Storage, Tables
+from bus.testing import drain
 
 
 class Deposit(Command):
@@ -42,12 +42,6 @@ def balance(bus: Bus, account: str, key: str = "balance") -> int:
     except NotFound:
         return 0
     return int(row.properties["n"])  # type: ignore[arg-type]
-
-
-def drain(bus: Bus) -> None:
-    worker = Worker(bus, "bank", retry_delay=0)
-    while worker.poll_once():
-        pass
 
 
 class StateReads:
@@ -149,7 +143,7 @@ def test_bad_reads_poison_the_message(storage: Storage, prefix: str, reads: list
                                       reason: str) -> None:
     bus = build(storage, prefix)
     bus.send(Deposit(account="a", amount=5, reads=reads))
-    drain(bus)
+    drain(bus, fail_fast=False)
     (letter,) = bus.dead_letters("bank").entries()
     assert reason in letter.entry.reason
     assert balance(bus, "a") == 0

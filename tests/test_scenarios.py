@@ -13,8 +13,8 @@ from bus.adapters.memory import Fault
 from bus.protocol.inbox import TokenState
 from bus.protocol.poison import PoisonEntry
 from bus.storage import Storage
-from bus.testing import InMemoryStorage
-from tests.orderflow import Flaky, OrderPlaced, PlaceOrder, build, drain, state
+from bus.testing import InMemoryStorage, drain
+from tests.orderflow import Flaky, OrderPlaced, PlaceOrder, build, state
 
 
 def leftovers(bus: Bus) -> list[str]:
@@ -72,7 +72,7 @@ def test_bad_signals_go_to_the_poison_queue_with_a_reason(storage: Storage,
     storage.queues.send(queue, "not base64 at all!")
     storage.queues.send(queue, base64.b64encode(b"[1, 2]").decode())
     bus.send(PlaceOrder(order_id="o-4", amount=3))  # good messages keep flowing
-    drain(bus)
+    drain(bus, fail_fast=False)
     reasons = sorted(e.reason for e in poison_entries(bus, "orders"))
     assert [r.split(":")[0] for r in reasons] == ["body is JSON but not an object",
                                                   "body is not valid base64"]
@@ -89,7 +89,7 @@ def test_unknown_type_and_invalid_payload_are_poisoned(storage: Storage, prefix:
     for envelope in (unknown, invalid):
         bus.courier.place(envelope)
         bus.courier.signal(envelope)
-    drain(bus)
+    drain(bus, fail_fast=False)
     entries = sorted(poison_entries(bus, "orders"), key=lambda e: e.reason)
     assert [e.reason.split(" ")[0] for e in entries] == ["PlaceOrder", "unknown"]
     assert "failed validation" in entries[0].reason
@@ -102,7 +102,7 @@ def test_failing_handler_is_retried_then_poisoned_with_the_exception(storage: St
                                                                      prefix: str) -> None:
     bus = build(storage, prefix, settings=Settings(max_delivery_count=3))
     bus.send(Flaky(order_id="o-6"))
-    outcomes = drain(bus)
+    outcomes = drain(bus, fail_fast=False)
     assert outcomes["orders"] == {"poisoned": 1}
     [entry] = poison_entries(bus, "orders")
     assert entry.dequeue_count == 3

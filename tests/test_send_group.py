@@ -10,9 +10,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bus import Bus, Command, Context, Endpoint, Settings
-from bus.hosting.worker import Worker
 from bus.protocol.sendgroup import Gate
 from bus.storage import Storage, TableOp, TransientError
+from bus.testing import drain
 from bus.testing.counting import counting_storage
 from bus.testing.transport import ForwardingQueues
 from tests.orderflow import state
@@ -39,13 +39,6 @@ def build(storage: Storage, prefix: str, *, group: bool = True,
 
 def counts(bus: Bus, keys: Sequence[str]) -> list[int]:
     return [int((state(bus, "counter", key, "n") or {"n": 0})["n"]) for key in keys]
-
-
-def drain(bus: Bus) -> int:
-    worker, done = Worker(bus, "counter", retry_delay=0), 0
-    while n := worker.poll_once():
-        done += n
-    return done
 
 
 def send_interrupted(bus: Bus, key: str, interrupted: list[BaseException]) -> None:
@@ -145,7 +138,7 @@ def test_concurrent_sends_share_one_transaction_and_one_bundle(storage: Storage,
     assert ops[("table", "insert")] == 1 and ops[("table", "transact")] == 1
     assert ops[("queue", "send")] == 2 and len(held.bodies) == 2
     assert bus.sender.group is not None and bus.sender.group.grouped == 5
-    assert drain(bus) == 6 and counts(bus, keys) == [1] * 6
+    assert drain(bus).signals == 6 and counts(bus, keys) == [1] * 6
     assert bus.inbox.all() == []
 
 
@@ -155,7 +148,7 @@ def test_a_lone_send_makes_two_requests_and_never_waits(storage: Storage, prefix
     counter.reset()
     bus.send(Add(key="a"))
     assert counter.snapshot() == {("table", "insert"): 1, ("queue", "send"): 1}
-    assert drain(bus) == 1 and counts(bus, ["a"]) == [1]
+    assert drain(bus).signals == 1 and counts(bus, ["a"]) == [1]
 
 
 def test_a_group_whose_token_transaction_failed_is_fenced_and_sent_alone(
@@ -170,7 +163,7 @@ def test_a_group_whose_token_transaction_failed_is_fenced_and_sent_alone(
     # attempt id and sent again with a fresh one: its fenced token can never be processed.
     tokens = bus.inbox.all()
     assert len([t for t in tokens if not t.processable]) == 3
-    assert drain(bus) == 4 and counts(bus, keys) == [1] * 4
+    assert drain(bus).signals == 4 and counts(bus, keys) == [1] * 4
     assert len(held.bodies) == 1 + 3  # the first signal, then three alone
 
 
@@ -181,7 +174,7 @@ def test_a_group_whose_bundle_failed_sends_each_signal_again(storage: Storage,
     held.fail_next = 2  # the next two signal requests fail before their effect
     keys = [f"k{i}" for i in range(4)]
     grouped_sends(bus, held, keys)
-    assert drain(bus) == 4 and counts(bus, keys) == [1] * 4
+    assert drain(bus).signals == 4 and counts(bus, keys) == [1] * 4
     assert bus.inbox.all() == []
 
 
@@ -194,7 +187,7 @@ def test_without_grouping_every_send_makes_its_own_requests(storage: Storage,
     bus.send_many([Add(key=k) for k in keys], max_in_flight=8)
     assert counter.snapshot() == {("table", "insert"): 8, ("queue", "send"): 8}
     assert bus.sender.group is None
-    assert drain(bus) == 8 and counts(bus, keys) == [1] * 8
+    assert drain(bus).signals == 8 and counts(bus, keys) == [1] * 8
 
 
 def test_a_leader_that_dies_mid_flush_does_not_strand_the_others(storage: Storage,
@@ -232,7 +225,7 @@ def test_a_leader_that_dies_mid_flush_does_not_strand_the_others(storage: Storag
                 release_when_waiting])
     leader.join(30)
     assert len(interrupted) == 1
-    assert drain(bus) == 2 and counts(bus, ["k1", "k2"]) == [1, 1]
+    assert drain(bus).signals == 2 and counts(bus, ["k1", "k2"]) == [1, 1]
 
 
 def test_a_sender_interrupted_while_waiting_leaves_the_group_usable(storage: Storage,
@@ -264,4 +257,4 @@ def test_a_sender_interrupted_while_waiting_leaves_the_group_usable(storage: Sto
     third.start()
     third.join(30)
     assert not third.is_alive()  # it would wait forever if the group still thought it busy
-    assert drain(bus) == 2 and counts(bus, ["k0", "k1", "k2"]) == [1, 0, 1]
+    assert drain(bus).signals == 2 and counts(bus, ["k0", "k1", "k2"]) == [1, 0, 1]

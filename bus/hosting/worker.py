@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -58,6 +59,20 @@ class Worker:
                                     lease=bus.settings.lease_seconds, limit=max_lease_renewal)
                         if renew_leases else None)
         self.breaker = breaker or CircuitBreaker(bus, endpoint, clock=bus.clock)
+
+    def run(self, stop: threading.Event, *, idle_min: float = 0.1,
+            idle_max: float = 2.0) -> None:
+        """Poll until ``stop`` is set: batch after batch while there is work, and while the
+        queue is empty (or the endpoint paused, or storage away) wait ``idle_min`` seconds,
+        doubling up to ``idle_max`` (the Functions host's polling rule). No message ends the
+        loop: ``poll_once`` settles every outcome and survives storage errors."""
+        idle = idle_min
+        while not stop.is_set():
+            if self.poll_once():
+                idle = idle_min
+                continue
+            stop.wait(idle)
+            idle = min(idle * 2, idle_max)
 
     def poll_once(self) -> int:
         """Lease one batch and process it; returns how many signals it held (a bundle holds

@@ -4,12 +4,15 @@
 * ``bus.testing.contract`` - the storage contract suite every backend passes;
 * ``python -m bus.testing.simulate`` - the deterministic fault-injecting simulation;
 * :class:`DuplicatingQueues` - duplicate signals on any backend (demos, end-to-end tests);
-* :func:`counting_storage` - storage requests counted by service and operation (benchmarks).
+* :func:`counting_storage` - storage requests counted by service and operation (benchmarks);
+* :func:`drain` - run every endpoint until idle, failing on a poisoned message (tests).
 """
 
 from bus.adapters.memory import Fault, FaultHooks, InMemoryStorage, NoFaults
 from bus.testing.counting import OpCounter, counting_storage
+from bus.testing.drain import Drained, MessagesPoisoned, drain
 from bus.testing.transport import DuplicatingQueues, with_duplicates
 
-__all__ = ["DuplicatingQueues", "Fault", "FaultHooks", "InMemoryStorage", "NoFaults",
-           "OpCounter", "counting_storage", "with_duplicates"]
+__all__ = ["Drained", "DuplicatingQueues", "Fault", "FaultHooks", "InMemoryStorage",
+           "MessagesPoisoned", "NoFaults", "OpCounter", "counting_storage", "drain",
+           "with_duplicates"]

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from bus.adapters.azure import AzureStorage
-from tests.orderflow import build, drain, state
+from bus.testing import drain
+from tests.orderflow import build, state
 
 pytestmark = pytest.mark.azurite
 DOCS = Path(__file__).resolve().parents[2] / "docs"
