@@ -8,6 +8,7 @@ Modules, in the order a message meets them:
 * ``dispatch``  - completing a committed outbox record: fresh attempt ids, tokens, payloads,
                   signals, fences, consuming the incoming token, clearing the slot.
 * ``inbox``     - inbox tokens (one per in-flight message copy), fences and parked tokens.
+* ``verdict``   - what a token's state means for an arriving copy: the one place it is decided.
 * ``outbox``    - the per-partition outbox slot, the claim.
 * ``payloads``  - claim-check blobs for payloads too large for a queue message.
 * ``topics``    - recipient lists in blobs, changed by ETag compare-and-swap.

@@ -40,6 +40,7 @@ from bus.naming import Names
 from bus.protocol.inbox import Inbox, TokenState
 from bus.protocol.payloads import Payloads
 from bus.protocol.poison import PoisonEntry
+from bus.protocol.verdict import Verdict, verdict
 from bus.storage import NotFound, QueueMessage, Queues, StorageError
 
 _PAGE = 32  # the most messages one receive returns
@@ -108,7 +109,7 @@ class DeadLetters:
                     continue
                 if entry.envelope is not None:
                     token = self._inbox.read(self.endpoint, entry.envelope.attempt_id)
-                    if token is not None and token.state is TokenState.PARKED:
+                    if token is not None and verdict(token) is Verdict.PARKED:
                         self._inbox.delete_if_unchanged(token)
                         if entry.envelope.payload_ref is not None:
                             self._payloads.delete(entry.envelope.payload_ref)
@@ -123,11 +124,12 @@ class DeadLetters:
             return ReplayResult.NOT_A_MESSAGE
         for _ in range(_ROUNDS):
             token = self._inbox.read(self.endpoint, envelope.attempt_id)
-            if token is None or token.state is TokenState.FENCED:
+            found = verdict(token)
+            if token is None or found.payload_is_garbage:  # consumed or fenced
                 self._queues.delete(self._poison, message)
                 return ReplayResult.STALE
-            result = ReplayResult.RESENT
-            if token.state is TokenState.PARKED:
+            result = ReplayResult.RESENT  # live, pending or deferred: a copy is harmless
+            if found is Verdict.PARKED:
                 if not self._inbox.unpark(token, self._clock()):
                     continue  # it changed under us: look again
                 result = ReplayResult.REPLAYED

@@ -42,13 +42,14 @@ from bus.messages import Message
 from bus.middleware import HandleNext, Middleware, handling_chain
 from bus.protocol.courier import due_in
 from bus.protocol.dispatch import Dispatcher
-from bus.protocol.inbox import Inbox, Token, TokenState, finished
+from bus.protocol.inbox import Inbox, Token, finished
 from bus.protocol.outbox import RESERVED_PREFIX, ClaimLost, Outbox, Slot
 from bus.protocol.payloads import Payloads
 from bus.protocol.poison import PoisonQueue
 from bus.protocol.records import OutboxRecord, Phase, Release
 from bus.protocol.safeguards import Safeguards
 from bus.protocol.slotcache import SlotCache
+from bus.protocol.verdict import Verdict, verdict
 from bus.retry import Reject, RetryAfter, RetryPolicy, backoff
 from bus.serialization import PayloadError, Serializer
 from bus.storage import Queues, StorageError, TableOp, Tables
@@ -66,6 +67,11 @@ class Outcome(str, enum.Enum):
     REQUEUED = "requeued"  # hosting only: put back on the queue as a copy (with its count)
     SCHEDULED = "scheduled"  # arrived before its time: put back with the remaining delay
     DEFERRED = "deferred"  # the handler set it aside (Context.defer)
+
+
+def dropped(found: Verdict) -> Outcome:
+    """The outcome of a copy whose verdict is not PROCESS."""
+    return Outcome.PARKED if found is Verdict.PARKED else Outcome.DUPLICATE
 
 
 class HandlerFailed(Exception):
@@ -432,14 +438,14 @@ class Receiver:
             ack()  # the "ack-before-commit" break: a crash from here on loses the message
         payload = self._payload(envelope)
         if payload is None:
-            token = self._inbox.read(self.endpoint, envelope.attempt_id)
-            if token is not None and token.processable:
+            found = verdict(self._inbox.read(self.endpoint, envelope.attempt_id))
+            if found is Verdict.PROCESS:
                 assert envelope.payload_ref is not None
                 return self._poison_bad(
                     body, envelope, f"payload blob {envelope.payload_ref.blob} is missing",
                     dequeue_count, ack)
             ack()
-            return Outcome.DUPLICATE
+            return dropped(found)
         try:
             return self._decode(envelope, route, payload)
         except BadSignal as exc:
@@ -449,11 +455,10 @@ class Receiver:
         """A scheduled copy that arrived early (its delay was longer than a queue allows):
         put the same signal back with the remaining delay, then drop this copy. The token
         is untouched, so whichever copy arrives when due is processed once."""
-        token = self._inbox.read(self.endpoint, envelope.attempt_id)
-        if token is None or not token.processable:
+        found = verdict(self._inbox.read(self.endpoint, envelope.attempt_id))
+        if found is not Verdict.PROCESS:
             ack()  # consumed, fenced, parked or deferred: nothing to wait for
-            parked = token is not None and token.state is TokenState.PARKED
-            return Outcome.PARKED if parked else Outcome.DUPLICATE
+            return dropped(found)
         self._queues.send(self._queue, body, delay=due_in(envelope, self._clock()))
         ack()
         return Outcome.SCHEDULED
@@ -552,19 +557,14 @@ class Receiver:
         """None when the copy may be processed; otherwise why not."""
         if not self._safeguards.token_check:
             return None  # the "skip-token-check" break
-        if token is not None and token.processable:
+        found = verdict(token)
+        if found is Verdict.PROCESS:
             return None
-        if token is not None and token.state is TokenState.PARKED:
-            return Outcome.PARKED
-        if token is not None and token.state is TokenState.DEFERRED:
-            return Outcome.DUPLICATE  # a copy of a message set aside: its payload stays
-        if d.envelope.payload_ref is not None:
-            # Tokens are created before their payload blob and the blob is read only before
-            # the commit; with the token gone (consumed or fenced) it is garbage.
+        if found.payload_is_garbage and d.envelope.payload_ref is not None:
             self._payloads.delete(d.envelope.payload_ref)
-        log.debug("duplicate %s attempt %s at %s", d.envelope.message_id,
+        log.debug("%s copy of %s attempt %s at %s", found.value, d.envelope.message_id,
                   d.envelope.attempt_id, self.endpoint)
-        return Outcome.DUPLICATE
+        return dropped(found)
 
     def _run_handler(self, d: _Decoded, slot: Slot, body: str, dequeue_count: int,
                      ack: Callable[[], None], *, token: Token | None,
@@ -671,9 +671,9 @@ class Receiver:
         except BadSignal as exc:  # its poisoning met the errors
             return self._poison_bad(body, None, str(exc), deliveries, _no_ack)
         token = self._inbox.read(self.endpoint, envelope.attempt_id)
-        if token is None or not token.processable:
-            parked = token is not None and token.state is TokenState.PARKED
-            return Outcome.PARKED if parked else Outcome.DUPLICATE
+        found = verdict(token)
+        if found is not Verdict.PROCESS:
+            return dropped(found)
         reason = f"storage errors on {deliveries} deliveries (max delivery count)"
         self._poison.put(body, reason=reason, dequeue_count=deliveries, now=self._clock(),
                          envelope=envelope, exception=f"{type(cause).__name__}: {cause}")
@@ -687,9 +687,11 @@ class Receiver:
         token = None
         if envelope is not None:
             token = self._inbox.read(self.endpoint, envelope.attempt_id)
-            if token is not None and not token.processable:
-                ack()  # parked: already in the poison queue; fenced: never really sent
-                return Outcome.PARKED
+            found = verdict(token)
+            # No token poisons all the same: a foreign or broken signal may never have had one.
+            if found not in (Verdict.PROCESS, Verdict.CONSUMED):
+                ack()  # parked already, fenced (never really sent) or deferred
+                return dropped(found)
         self._poison.put(body, reason=reason, dequeue_count=dequeue_count, now=self._clock(),
                          envelope=envelope)
         self._park(token)
@@ -708,5 +710,5 @@ class Receiver:
         log.warning("poisoned %s at %s: %s", envelope.message_id, self.endpoint, reason)
 
     def _park(self, token: Token | None) -> None:
-        if token is not None and token.processable:
+        if token is not None and verdict(token) is Verdict.PROCESS:
             self._inbox.park(token, self._clock())

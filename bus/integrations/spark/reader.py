@@ -41,7 +41,8 @@ from bus.integrations.spark.options import OptionError
 from bus.integrations.spark.staging import MARKER, StagedRow, Staging, retried
 from bus.messages import Message
 from bus.protocol.bundles import Part, parts
-from bus.protocol.inbox import Token, TokenState
+from bus.protocol.inbox import Token
+from bus.protocol.verdict import Verdict, verdict
 from bus.serialization import PayloadError
 from bus.storage import EntityValue, NotFound
 
@@ -167,11 +168,12 @@ class Drainer:
         extra: list[Part] = []
         for part, envelope in decoded:
             token = tokens.get(envelope.attempt_id)
+            found = verdict(token)
             if envelope.attempt_id in seen:
                 extra.append(part)  # another copy of a signal taken already
-            elif token is None or token.state is TokenState.FENCED:
-                self._duplicate(part, envelope)
-            elif token.state in (TokenState.PARKED, TokenState.DEFERRED):
+            elif found.payload_is_garbage:
+                self._duplicate(part, envelope)  # consumed or fenced
+            elif found is not Verdict.PROCESS:
                 self._delete(part)  # in the poison queue, or set aside by a handler
             else:
                 problem, payload = self._payload(envelope)
@@ -267,7 +269,7 @@ class Drainer:
         now = self._bus.clock()
         retried(self._bus.poison_queue(self.endpoint).put, part.body, reason=reason,
                 dequeue_count=part.dequeue_count, now=now, envelope=envelope)
-        if token is not None and token.processable:
+        if token is not None and verdict(token) is Verdict.PROCESS:
             retried(self._bus.inbox.park, token, now)
         self._delete(part)
         log.warning("poisoned a message at %s: %s", self.endpoint, reason)
