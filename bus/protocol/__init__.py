@@ -1,18 +1,29 @@
 """The exactly-once protocol, written only against the storage ports.
 
-Modules, in the order a message meets them:
+Modules, in the order a message meets them (tests/unit/test_package_map.py keeps this
+list complete):
 
-* ``send``      - a sender outside any handler: token first, then the signal.
-* ``receive``   - the receiver: load the partition's outbox slot, check the inbox token, run the
-                  handler, commit state + outbox record atomically with an ETag claim.
-* ``dispatch``  - completing a committed outbox record: fresh attempt ids, tokens, payloads,
-                  signals, fences, consuming the incoming token, clearing the slot.
-* ``inbox``     - inbox tokens (one per in-flight message copy), fences and parked tokens.
-* ``verdict``   - what a token's state means for an arriving copy: the one place it is decided.
-* ``outbox``    - the per-partition outbox slot, the claim.
-* ``payloads``  - claim-check blobs for payloads too large for a queue message.
-* ``topics``    - recipient lists in blobs, changed by ETag compare-and-swap.
-* ``poison``    - the poison queue entries.
-* ``sweeper``   - the documented orphan-cleanup rule.
-* ``safeguards``- the switches the simulation turns off to prove it can fail.
+* ``send``       - a sender outside any handler: token first, then the signal.
+* ``sendgroup``  - concurrent sends of one process sharing their requests.
+* ``ledger``     - sending once per message id from outside a handler.
+* ``courier``    - putting one copy on its way: token, claim-check payload, signal.
+* ``bundles``    - several signals for one queue in one queue message.
+* ``payloads``   - claim-check blobs for payloads too large for a queue message.
+* ``topics``     - recipient lists in blobs, changed by ETag compare-and-swap.
+* ``backpressure`` - bounded queues and a bound on sends in flight.
+* ``receive``    - the receiver: load the partition's outbox slot, check the inbox token, run
+                   the handler, commit state + outbox record atomically with an ETag claim.
+* ``inbox``      - inbox tokens (one per in-flight message copy), fences and parked tokens.
+* ``verdict``    - what a token's state means for an arriving copy: the one place it is decided.
+* ``outbox``     - the per-partition outbox slot, the claim.
+* ``records``    - what an outbox slot holds.
+* ``slotcache``  - claims from the memory of this process's own commits.
+* ``dispatch``   - completing a committed outbox record: fresh attempt ids, tokens, payloads,
+                   signals, fences, consuming the incoming token, clearing the slot.
+* ``driver``     - the same completion one step at a time (the Durable orchestration).
+* ``deferral``   - messages a handler set aside, fetched and released by id.
+* ``poison``     - the poison queue entries.
+* ``deadletters`` - listing, replaying and purging them.
+* ``sweeper``    - the documented orphan-cleanup rule.
+* ``safeguards`` - the switches the simulation turns off to prove it can fail.
 """

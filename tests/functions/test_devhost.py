@@ -42,18 +42,28 @@ def test_demo_end_to_end_prints_exactly_once_json() -> None:
     assert result["orchestrations"] == 40  # OrderPlaced has two copies: over inline-max 1
 
 
-@pytest.fixture
-def app_env(azurite_connection: str, prefix: str) -> Iterator[dict[str, str]]:
-    env = dict(os.environ, AzureWebJobsStorage=azurite_connection, BUS_PREFIX=prefix,
+@contextlib.contextmanager
+def app_settings(connection: str, prefix: str) -> Iterator[dict[str, str]]:
+    """The sample app's settings in this process (and for a devhost started with them), a
+    fresh import of function_app; everything as it was afterwards."""
+    env = dict(os.environ, AzureWebJobsStorage=connection, BUS_PREFIX=prefix,
                BUS_INLINE_DISPATCH_MAX="1", BUS_DURABLE_HUB=f"Hub{prefix}",
                AzureWebJobsScriptRoot=str(ROOT))
     saved = dict(os.environ)
     os.environ.update(env)
     sys.modules.pop("function_app", None)
-    yield env
-    os.environ.clear()
-    os.environ.update(saved)
-    sys.modules.pop("function_app", None)
+    try:
+        yield env
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        sys.modules.pop("function_app", None)
+
+
+@pytest.fixture
+def app_env(azurite_connection: str, prefix: str) -> Iterator[dict[str, str]]:
+    with app_settings(azurite_connection, prefix) as env:
+        yield env
 
 
 def _devhost(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -229,47 +239,38 @@ def test_devhost_survives_a_storage_outage(tmp_path: Path, prefix: str) -> None:
     """Azurite stopped and restarted (same ports, same data) under a running devhost: the
     listeners back off and keep polling, the host stays up, and every order completes once."""
     emulator = Azurite(location=tmp_path / "azurite")
-    connection = emulator.start()
-    env = dict(os.environ, AzureWebJobsStorage=connection, BUS_PREFIX=prefix,
-               BUS_INLINE_DISPATCH_MAX="1", BUS_DURABLE_HUB=f"Hub{prefix}",
-               AzureWebJobsScriptRoot=str(ROOT))
-    saved = dict(os.environ)
-    os.environ.update(env)
-    sys.modules.pop("function_app", None)
     host = None
     try:
-        import function_app as app
+        with app_settings(emulator.start(), prefix) as env:
+            import function_app as app
 
-        bus = app.bus_functions.bus
-        bus.provision()
-        log = tmp_path / "devhost.log"
-        host = _devhost(env, log)
-        first = [f"a{i:02d}" for i in range(10)]
-        _place(app, bus, first)
-        _wait_until(host, log, lambda: _done(bus, "orders", "order", "billed") >= 5, 90)
-        emulator.stop()  # storage away for longer than the SDK's own retries last
-        time.sleep(25)
-        assert host.poll() is None, _tail(log)
-        emulator.start()
-        second = [f"b{i:02d}" for i in range(10)]
-        _place(app, bus, second)
-        orders = first + second
-        _wait_until(host, log, lambda: _done(bus, "orders", "order", "billed")
-                    == _done(bus, "shipping", "shipment", "packed") == len(orders), 180)
-        for endpoint, row, field in (("orders", "order", "placed"),
-                                     ("orders", "order", "billed"),
-                                     ("shipping", "shipment", "packed")):
-            counts = _counters(bus, endpoint, row, field)
-            assert sorted(counts) == orders and set(counts.values()) == {1}, (endpoint, counts)
-        assert "backing off" in log.read_text()  # the outage was seen, and survived
+            bus = app.bus_functions.bus
+            bus.provision()
+            log = tmp_path / "devhost.log"
+            host = _devhost(env, log)
+            first = [f"a{i:02d}" for i in range(10)]
+            _place(app, bus, first)
+            _wait_until(host, log, lambda: _done(bus, "orders", "order", "billed") >= 5, 90)
+            emulator.stop()  # storage away for longer than the SDK's own retries last
+            time.sleep(25)
+            assert host.poll() is None, _tail(log)
+            emulator.start()
+            second = [f"b{i:02d}" for i in range(10)]
+            _place(app, bus, second)
+            orders = first + second
+            _wait_until(host, log, lambda: _done(bus, "orders", "order", "billed")
+                        == _done(bus, "shipping", "shipment", "packed") == len(orders), 180)
+            for endpoint, row, field in (("orders", "order", "placed"),
+                                         ("orders", "order", "billed"),
+                                         ("shipping", "shipment", "packed")):
+                counts = _counters(bus, endpoint, row, field)
+                assert sorted(counts) == orders and set(counts.values()) == {1}, counts
+            assert "backing off" in log.read_text()  # the outage was seen, and survived
     finally:
         if host is not None:
             host.send_signal(signal.SIGTERM)
             host.wait(timeout=60)
         emulator.stop()
-        os.environ.clear()
-        os.environ.update(saved)
-        sys.modules.pop("function_app", None)
 
 
 def _place(app: Any, bus: Any, order_ids: list[str]) -> None:
