@@ -5,11 +5,11 @@ The public API::
     from bus import Bus, Command, Context, Endpoint, Event
 """
 
-from bus.bus import Bus, SendFailed
+from bus.bus import Bus, NotProvisioned, SendFailed
 from bus.context import Context, PartitionState
 from bus.endpoint import ConfigurationError, Endpoint
 from bus.envelope import Envelope, PayloadRef
-from bus.messages import Command, Event, Message
+from bus.messages import Command, Event, Message, MessageKindError
 from bus.middleware import Middleware, Outgoing
 from bus.naming import Names
 from bus.protocol.backpressure import QueueFull
@@ -30,8 +30,10 @@ __all__ = [
     "HandlerFailed",
     "JsonSerializer",
     "Message",
+    "MessageKindError",
     "Middleware",
     "Names",
+    "NotProvisioned",
     "Outcome",
     "Outgoing",
     "PartitionState",

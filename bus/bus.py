@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import random as _random
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from datetime import timedelta
@@ -16,7 +17,7 @@ from bus.endpoint import Endpoint, check_middleware
 from bus.envelope import Envelope
 from bus.hosting.retry import transient_retries
 from bus.ids import IdFactory, random_id
-from bus.messages import Command, Event, Message
+from bus.messages import Command, Event, Message, require_command, require_event
 from bus.middleware import Middleware, Outgoing, SendNext, sending_chain
 from bus.naming import Names
 from bus.protocol.backpressure import Room
@@ -40,7 +41,7 @@ from bus.protocol.topics import Topics
 from bus.retry import backoff
 from bus.serialization import JsonSerializer, Serializer
 from bus.settings import Settings
-from bus.storage import Entity, NotFound, Storage
+from bus.storage import Entity, Missing, NotFound, Storage
 from bus.topology import Topology
 
 _PAUSE_KEY = ("~bus", "~pause")  # a row key users cannot write (state keys never start with ~)
@@ -142,6 +143,7 @@ class Bus:
              delay: float | timedelta = 0.0) -> str:
         """Send a command; returns its message id. ``delay`` schedules its delivery (any
         length: beyond the queue's 7-day limit the receiver puts it back until it is due)."""
+        require_command(command, "bus.send")
         return self._send(command, to, message_id, correlation_id, headers, delay=delay)
 
     def publish(self, event: Event, *, message_id: str | None = None,
@@ -150,6 +152,7 @@ class Bus:
                 delay: float | timedelta = 0.0) -> str:
         """Publish an event to every current subscriber of its topic; returns its message id
         (``delay``: as for ``send``)."""
+        require_event(event, "bus.publish")
         return self._send(event, None, message_id, correlation_id, headers, delay=delay)
 
     def _send(self, message: Message, to: str | None, message_id: str | None,
@@ -161,8 +164,9 @@ class Bus:
             self.sender.send(self._envelopes(out.message, out.to, out.message_id,
                                               correlation_id, out.headers, delay=out.delay))
 
-        self._through_middleware(self._outgoing(message, message_id, to, headers, delay),
-                                 token_and_signal)
+        with _provisioned():
+            self._through_middleware(self._outgoing(message, message_id, to, headers, delay),
+                                     token_and_signal)
         return message_id
 
     def send_many(self, messages: Iterable[Command | Event], *, max_in_flight: int = 8,
@@ -215,6 +219,7 @@ class Bus:
         False when an earlier call had (then this call finished whatever was left) or a
         middleware dropped the send.
         """
+        require_command(command, "bus.send_once")
         return self._send_once(command, to, message_id, correlation_id, headers)
 
     def publish_once(self, event: Event, *, message_id: str,
@@ -222,6 +227,7 @@ class Bus:
                      headers: Mapping[str, str] | None = None) -> bool:
         """Publish an event unless a call with the same ``message_id`` already did (see
         ``send_once``). The subscribers are those of the first call."""
+        require_event(event, "bus.publish_once")
         return self._send_once(event, None, message_id, correlation_id, headers)
 
     def _send_once(self, message: Message, to: str | None, message_id: str,
@@ -236,7 +242,9 @@ class Bus:
                                          backoff(0.05, 2.0, self._random), self._sleep)
             recorded.append(bool(retrying(self.ledger.send, message_id, envelopes)))
 
-        self._through_middleware(self._outgoing(message, message_id, to, headers, 0.0), ledger)
+        with _provisioned():
+            self._through_middleware(self._outgoing(message, message_id, to, headers, 0.0),
+                                     ledger)
         return bool(recorded and recorded[0])
 
     def _envelopes(self, message: Message, to: str | None, message_id: str,
@@ -347,3 +355,18 @@ class Bus:
                        outbox_for=self._outbox_of,
                        pending_age=self.settings.pending_age_seconds,
                        fence_origin=self.safeguards.fence_origin)
+
+
+class NotProvisioned(Missing):
+    """A send met a missing queue, table or container: the bus's storage is not provisioned."""
+
+
+@contextlib.contextmanager
+def _provisioned() -> Iterator[None]:
+    """A queue, table or container a send needs is missing: the topology is not deployed."""
+    try:
+        yield
+    except Missing as exc:
+        raise NotProvisioned(
+            f"{exc}: the bus's queues, tables and containers are not there - call "
+            "bus.provision() once, or deploy infra/ (docs/deploy.md)") from exc

@@ -9,7 +9,7 @@ from datetime import timedelta
 from bus.addressing import Addressing
 from bus.envelope import Envelope
 from bus.ids import derived_message_id
-from bus.messages import Command, Event, Message
+from bus.messages import Command, Event, Message, require_command, require_event
 from bus.middleware import Middleware, Outgoing, sending_chain
 from bus.protocol.outbox import RESERVED_PREFIX
 from bus.storage import Entity, EntityValue, NotFound, TableOp, Tables
@@ -137,12 +137,14 @@ class Context:
              headers: Mapping[str, str] | None = None, delay: float | timedelta = 0.0) -> str:
         """Send ``command`` when the handler commits; ``delay`` schedules its delivery (any
         length: beyond the queue's 7-day limit the receiver puts it back until it is due)."""
+        require_command(command, "ctx.send")
         return self._add(command, to, headers, delay)
 
     def publish(self, event: Event, *, headers: Mapping[str, str] | None = None,
                 delay: float | timedelta = 0.0) -> str:
         """Publish ``event`` to every subscriber when the handler commits (``delay``: as for
         ``send``)."""
+        require_event(event, "ctx.publish")
         return self._add(event, None, headers, delay)
 
     def _add(self, message: Message, to: str | None, headers: Mapping[str, str] | None,

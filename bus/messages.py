@@ -44,6 +44,30 @@ class Event(Message):
     message_kind: ClassVar[str] = "event"
 
 
+class MessageKindError(TypeError):
+    """A command was published or an event sent; the message says which call to use."""
+
+
+def require_command(message: Message, call: str) -> None:
+    """``send`` and ``send_once`` take commands (one destination)."""
+    if not isinstance(message, Command):
+        publish = call.replace("send", "publish")
+        raise MessageKindError(
+            f"{message.message_type} is not a command: if it is an event, publish it "
+            f"({publish}) and every subscriber gets a copy; {call} is for commands, which "
+            "have one destination")
+
+
+def require_event(message: Message, call: str) -> None:
+    """``publish`` and ``publish_once`` take events (every subscriber gets a copy)."""
+    if not isinstance(message, Event):
+        send = call.replace("publish", "send")
+        raise MessageKindError(
+            f"{message.message_type} is not an event: if it is a command, send it ({send}) "
+            f"to the endpoint that handles it; {call} is for events, which every subscriber "
+            "receives")
+
+
 def topic_of(event_type: type[Event]) -> str:
     """The topic an event type is published to: its message type name."""
     return event_type.message_type

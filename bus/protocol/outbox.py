@@ -19,6 +19,7 @@ from bus.storage import (
     Conflict,
     Entity,
     EntityValue,
+    Missing,
     NotFound,
     PreconditionFailed,
     TableOp,
@@ -68,6 +69,8 @@ class Outbox:
         if not reads:
             try:
                 row = self._tables.get(self._table, partition, SLOT_ROW)
+            except Missing:
+                raise  # no table: not provisioned, not "no slot yet"
             except NotFound:
                 return Slot(partition, None, None)
             return Slot(partition, _decode(row), row.etag)
@@ -92,6 +95,8 @@ class Outbox:
         op = self._slot_op(slot, record, cas)
         try:
             etags = self._tables.transact(self._table, [*state_ops, op])
+        except Missing:
+            raise
         except (Conflict, PreconditionFailed, NotFound) as exc:
             raise ClaimLost(str(exc)) from exc
         return Slot(slot.partition, record, etags[-1])
@@ -122,6 +127,8 @@ class Outbox:
         try:
             return self._tables.replace(self._table, _encode(slot.partition, record),
                                         etag=slot.etag)
+        except Missing:
+            raise
         except (PreconditionFailed, NotFound) as exc:
             raise ClaimLost(str(exc)) from exc
 

@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Callable
 
-from bus.storage import Blobs, Conflict, NotFound, PreconditionFailed, TransientError
+from bus.storage import Blobs, Conflict, Missing, NotFound, PreconditionFailed, TransientError
 
 _MAX_RACES = 50
 _TOPIC = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
@@ -30,6 +30,8 @@ class Topics:
     def subscribers(self, topic: str) -> list[str]:
         try:
             blob = self._blobs.read(self._container, _blob_name(topic))
+        except Missing:
+            raise  # no container: an event published now would silently reach no one
         except NotFound:
             return []
         return _parse(blob.data, topic)
@@ -46,6 +48,8 @@ class Topics:
             try:
                 blob = self._blobs.read(self._container, name)
                 current, etag = _parse(blob.data, topic), blob.etag
+            except Missing:
+                raise
             except NotFound:
                 current, etag = [], None
             wanted = edit(current)
@@ -56,6 +60,8 @@ class Topics:
                 self._blobs.write(self._container, name, data, etag=etag,
                                   create_only=etag is None)
                 return
+            except Missing:
+                raise
             except (Conflict, PreconditionFailed, NotFound, TransientError):
                 continue  # lost a race (or the answer): read again and re-apply the edit
         raise TopicError(f"could not change topic {topic!r}: {_MAX_RACES} lost races in a row")

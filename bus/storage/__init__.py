@@ -8,6 +8,7 @@ contract test suite (``bus.testing.contract``).
 
 from bus.storage.errors import (
     Conflict,
+    Missing,
     NotFound,
     PreconditionFailed,
     StorageError,
@@ -32,6 +33,7 @@ __all__ = [
     "Conflict",
     "Entity",
     "EntityValue",
+    "Missing",
     "NotFound",
     "PreconditionFailed",
     "QueueMessage",

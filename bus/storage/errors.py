@@ -17,6 +17,11 @@ class NotFound(StorageError):
     """The queue message, blob or entity does not exist (HTTP 404)."""
 
 
+class Missing(NotFound):
+    """The queue, table or blob container itself does not exist: nothing was provisioned
+    there. Not an answer about an item, so the protocol never reads it as "no row yet"."""
+
+
 class Conflict(StorageError):
     """A create-only write found the item already there (HTTP 409)."""
 

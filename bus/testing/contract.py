@@ -18,6 +18,7 @@ from bus.storage import (
     Conflict,
     Entity,
     EntityValue,
+    Missing,
     NotFound,
     PreconditionFailed,
     Storage,
@@ -33,6 +34,26 @@ class StorageContract:
     @pytest.fixture
     def table(self) -> str:
         return "t" + uuid.uuid4().hex[:12]
+
+    # -- what is not provisioned ------------------------------------------------------------
+    def test_a_missing_queue_table_or_container_is_missing(self, storage: Storage,
+                                                          name: str, table: str) -> None:
+        """Not an absent item: the resource itself. The protocol never reads it as "no row
+        yet", and a send says to provision."""
+        with pytest.raises(Missing):
+            storage.queues.send(name, "eA==")
+        with pytest.raises(Missing):
+            storage.tables.get(table, "p", "r")
+        with pytest.raises(Missing):
+            storage.tables.insert(table, Entity("p", "r", {"n": 1}))
+        with pytest.raises(Missing):
+            storage.tables.transact(table, [TableOp("insert", Entity("p", "r", {"n": 1}))])
+        with pytest.raises(Missing):
+            storage.blobs.write(name, "b", b"x")
+        storage.tables.create_table(table)
+        with pytest.raises(NotFound) as absent_row:
+            storage.tables.get(table, "p", "r")
+        assert not isinstance(absent_row.value, Missing)
 
     # -- queues -------------------------------------------------------------------------------
     def test_queue_send_receive_delete(self, storage: Storage, name: str) -> None:

@@ -26,7 +26,14 @@ from azure.storage.queue import QueueServiceClient
 
 from bus.adapters.azure import transactions
 from bus.adapters.azure.http import LeanSession
-from bus.storage.errors import Conflict, NotFound, PreconditionFailed, Throttled, TransientError
+from bus.storage.errors import (
+    Conflict,
+    Missing,
+    NotFound,
+    PreconditionFailed,
+    Throttled,
+    TransientError,
+)
 from bus.storage.ports import Blob, Entity, EntityValue, QueueMessage, Storage, TableOp
 
 _NO_SDK_RETRIES: dict[str, Any] = {"retry_total": 0}
@@ -57,7 +64,7 @@ def _translated() -> Iterator[None]:
     except ResourceModifiedError as exc:
         raise PreconditionFailed(str(exc)) from exc
     except ResourceNotFoundError as exc:
-        raise NotFound(str(exc)) from exc
+        raise _not_found(str(getattr(exc, "error_code", "") or ""), str(exc)) from exc
     except ResourceExistsError as exc:
         raise Conflict(str(exc)) from exc
     except (ServiceRequestError, ServiceResponseError) as exc:
@@ -66,6 +73,17 @@ def _translated() -> Iterator[None]:
         raise _by_status(exc) from exc
     except transactions.BatchRejected as exc:
         raise _status_error(exc.status, "", str(exc), None, exc) from exc
+
+
+MISSING_CODES = ("QueueNotFound", "TableNotFound", "ContainerNotFound")
+"""Storage error codes that say the queue, table or container itself is not there."""
+
+
+def _not_found(code: str, text: str) -> NotFound:
+    """Missing for an absent queue, table or container; NotFound for an absent item."""
+    if any(missing in (code, text) or missing in text for missing in MISSING_CODES):
+        return Missing(text)
+    return NotFound(text)
 
 
 def _by_status(exc: HttpResponseError) -> Exception:
@@ -84,7 +102,7 @@ def _status_error(status: int, code: str, text: str, retry_after: str | None,
     if status == 409:
         return Conflict(text)
     if status == 404 or "PopReceiptMismatch" in (code, text):
-        return NotFound(text)
+        return _not_found(code, text)
     if status == 503 or (status == 500 and "busy" in f"{code} {text}".lower()):
         return Throttled(text, float(retry_after) if retry_after else None)
     if status >= 500 or status == 408:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from bus.adapters.memory.faults import Fault, FaultHooks, NoFaults
-from bus.storage.errors import Conflict, NotFound, PreconditionFailed, TransientError
+from bus.storage.errors import Conflict, Missing, NotFound, PreconditionFailed, TransientError
 from bus.storage.ports import Blob, Entity, QueueMessage, Storage, TableOp
 
 T = TypeVar("T")
@@ -136,7 +136,7 @@ class MemoryQueues:
 
     def _get(self, queue: str) -> list[_Stored]:
         if queue not in self._queues:
-            raise NotFound(f"queue {queue!r} does not exist")
+            raise Missing(f"queue {queue!r} does not exist")
         return self._queues[queue]
 
     def _leased(self, queue: str, message: QueueMessage) -> _Stored:
@@ -196,7 +196,7 @@ class MemoryBlobs:
 
     def _get(self, container: str) -> dict[str, Blob]:
         if container not in self._containers:
-            raise NotFound(f"container {container!r} does not exist")
+            raise Missing(f"container {container!r} does not exist")
         return self._containers[container]
 
 
@@ -272,7 +272,7 @@ class MemoryTables:
 
     def _get(self, table: str) -> dict[tuple[str, str], Entity]:
         if table not in self._tables:
-            raise NotFound(f"table {table!r} does not exist")
+            raise Missing(f"table {table!r} does not exist")
         return self._tables[table]
 
     @staticmethod
