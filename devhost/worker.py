@@ -98,9 +98,9 @@ class Worker:
         self.script_root = script_root.resolve()
         self.index = AppIndex()
         self.threads = 0
-        self._path_saved: list[str] | None = None
         """Threads of the worker's pool for sync functions (PYTHON_THREADPOOL_THREAD_COUNT,
-        or ThreadPoolExecutor's default, min(32, cpus + 4))."""
+        which the host sets to 1000 when the app does not)."""
+        self._path_saved: list[str] | None = None
 
     async def start(self) -> AppIndex:
         """Init (the worker indexes the app), metadata, and a load request per function.
