@@ -115,6 +115,15 @@ def split_bundle(body: str) -> list[str] | None:
         raw = base64.b64decode(body, validate=True)
     except (binascii.Error, ValueError):
         return None
+    signals = bundle_parts(raw)
+    if signals is None:
+        return None
+    return [base64.b64encode(signal).decode("ascii") for signal in signals]
+
+
+def bundle_parts(raw: bytes) -> list[bytes] | None:
+    """``split_bundle`` for a body already base64-decoded: each signal's envelope JSON, or
+    None when ``raw`` is not a bundle."""
     if not raw.startswith(_BUNDLE_HEAD.encode()):
         return None
     try:
@@ -124,8 +133,7 @@ def split_bundle(body: str) -> list[str] | None:
     signals = document.get("bundle") if isinstance(document, dict) else None
     if not isinstance(signals, list):
         return None
-    return [base64.b64encode(json.dumps(signal, ensure_ascii=False).encode("utf-8"))
-            .decode("ascii") for signal in signals]
+    return [json.dumps(signal, ensure_ascii=False).encode("utf-8") for signal in signals]
 
 
 DELIVERIES = "deliveries"

@@ -46,7 +46,7 @@ import logging
 from tenacity import Retrying
 
 from bus.bus import Bus
-from bus.envelope import carried_deliveries, split_bundle, with_deliveries
+from bus.envelope import bundle_parts, carried_deliveries, with_deliveries
 from bus.hosting.breaker import CircuitBreaker
 from bus.hosting.retry import transient_retries
 from bus.protocol.courier import MAX_VISIBILITY_DELAY
@@ -83,10 +83,10 @@ class QueueTrigger:
             self.bus.storage.queues.send(self.queue, base64.b64encode(raw).decode("ascii"),
                                          delay=min(paused, MAX_VISIBILITY_DELAY))
             return Delivery(Outcome.REQUEUED)
-        bodies = split_bundle(base64.b64encode(raw).decode("ascii"))
-        if bodies is None:
+        signals = bundle_parts(raw)
+        if signals is None:
             return self._deliver(raw, dequeue_count)
-        return self._deliver_parts([base64.b64decode(body) for body in bodies], dequeue_count)
+        return self._deliver_parts(signals, dequeue_count)
 
     def _deliver_parts(self, parts: list[bytes], dequeue_count: int) -> Delivery:
         """A bundle's signals in turn, each with its own delivery count; one put back goes
