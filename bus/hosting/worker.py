@@ -1,9 +1,10 @@
-"""A polling worker for one endpoint: lease, process, acknowledge - the local host's loop.
+"""A polling worker for one endpoint: lease, settle - the loop of a host of one's own.
 
-It follows the Azure Functions queue trigger's rules where they matter to the protocol: a
-message is deleted only after processing succeeded, a failed one becomes visible again after a
-delay, and the delivery count travels with it. Transient storage errors are retried in process
-(tenacity, exponential backoff with jitter) before the message is released.
+It leases batches of messages and keeps their leases while they are processed
+(``bus.hosting.leases``); what becomes of each signal - acknowledged, released after a delay,
+poisoned - is the settlement's (``bus.hosting.settlement``), the same rules the Functions
+trigger follows. As the Functions host does, a message is deleted only after its outcome is
+durable and a released one becomes visible again after a delay, its dequeue count grown.
 """
 
 from __future__ import annotations
@@ -13,11 +14,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from functools import partial
 
 from tenacity import (
     RetryCallState,
-    Retrying,
     wait_exponential_jitter,
 )
 from tenacity.wait import wait_base
@@ -25,10 +24,7 @@ from tenacity.wait import wait_base
 from bus.bus import Bus
 from bus.hosting.breaker import CircuitBreaker
 from bus.hosting.leases import LeaseKeeper
-from bus.hosting.retry import transient_retries
-from bus.protocol.backpressure import QueueFull
-from bus.protocol.bundles import Part, parts
-from bus.protocol.receive import HandlerFailed, Incoming, Outcome
+from bus.hosting.settlement import Settlement
 from bus.storage import NotFound, QueueMessage, StorageError, Throttled, TransientError
 
 log = logging.getLogger(__name__)
@@ -50,15 +46,19 @@ class Worker:
         self.queue = bus.names.queue(endpoint)
         self.batch_size = batch_size
         self.retry_delay = retry_delay
-        self._tries = in_process_tries
-        self._sleep = sleep
-        self._wait = wait or wait_exponential_jitter(multiplier=0.05, max=2.0)
         self.batched = batched
         self.outcomes: dict[str, int] = {}
         self._keeper = (LeaseKeeper(bus.storage.queues, self.queue,
                                     lease=bus.settings.lease_seconds, limit=max_lease_renewal)
                         if renew_leases else None)
         self.breaker = breaker or CircuitBreaker(bus, endpoint, clock=bus.clock)
+        self.settlement = Settlement(
+            bus, endpoint, self, in_process_tries=in_process_tries, sleep=sleep,
+            wait=wait or wait_exponential_jitter(multiplier=0.05, max=2.0),
+            breaker=self.breaker)
+
+    poisons_at_max = False
+    """The worker moves nothing to a poison queue on its own (``Host.poisons_at_max``)."""
 
     def run(self, stop: threading.Event, *, idle_min: float = 0.1,
             idle_max: float = 2.0) -> None:
@@ -93,63 +93,13 @@ class Worker:
             return 0
         if not messages:
             return 0
-        signals = parts(messages)  # a bundle is several signals (bus.protocol.bundles)
         with self._keeper.keeping(messages) if self._keeper else contextlib.nullcontext():
-            if self.batched and len(signals) > 1:
-                self.process_batch(signals)
-            else:
-                for part in signals:
-                    self.process(part)
-        return len(signals)
-
-    def process_batch(self, signals: list[Part]) -> None:
-        """Process leased signals together (``Receiver.handle_many``: fewer storage calls per
-        message); a signal whose outcome is a transient error gets the one-message path with
-        its in-process retries."""
-        results = self.receiver.handle_many([
-            Incoming(p.body, p.dequeue_count, partial(self._ack, p)) for p in signals])
-        for part, result in zip(signals, results, strict=True):
-            if isinstance(result, Outcome):
-                self.outcomes[result.value] = self.outcomes.get(result.value, 0) + 1
-            elif isinstance(result, TransientError):
-                self.process(part)
-            elif isinstance(result, HandlerFailed):
-                log.info("handler failed (delivery %d), will retry in %g s: %s",
-                         part.dequeue_count, result.delay, result)
-                self._release(part, result.delay)
-            elif isinstance(result, StorageError):
-                self._storage_trouble(part, result)
-            else:
-                raise result  # a bug, as on the one-message path
-
-    def process(self, part: Part) -> Outcome | None:
-        """Process one signal (one leased message, or one part of a bundle)."""
-        try:
-            outcome = self._retrying()(self.receiver.handle, part.body, part.dequeue_count,
-                                       lambda: self._ack(part))
-        except HandlerFailed as exc:
-            log.info("handler failed (delivery %d), will retry in %g s: %s",
-                     part.dequeue_count, exc.delay, exc)
-            self._release(part, exc.delay)
-            return None
-        except StorageError as exc:
-            self._storage_trouble(part, exc)
-            return None
-        self.outcomes[outcome.value] = self.outcomes.get(outcome.value, 0) + 1
-        return outcome
-
-    def _storage_trouble(self, part: Part, exc: StorageError) -> None:
-        """Release the message for a later delivery (which resumes where this one stopped)."""
-        if isinstance(exc, QueueFull):
-            log.info("waiting for room, releasing %s: %s", part.message.id, exc)
-        else:
-            log.warning("storage trouble, releasing %s: %s", part.message.id, exc)
-        if isinstance(exc, Throttled):
-            self.breaker.throttled(exc)
-        self._release(part)
-
-    def _retrying(self) -> Retrying:
-        return transient_retries(self._tries, self._wait, self._sleep)
+            settled = self.settlement.settle(messages, together=self.batched)
+        for result in settled:
+            if result.delivery is not None:
+                outcome = result.delivery.outcome.value
+                self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+        return len(settled)
 
     @contextlib.contextmanager
     def _settling(self, message: QueueMessage) -> Iterator[QueueMessage]:
@@ -161,12 +111,10 @@ class Worker:
             yield self._keeper.current(message)
             self._keeper.forget(message)
 
-    def _ack(self, part: Part) -> None:
-        """The part's outcome is durable; the message goes once all its parts are."""
-        last = part.settled()
-        if last or not self.bus.safeguards.whole_bundle_ack:  # off: "ack-bundle-early"
-            with self._settling(part.message) as current:
-                self._delete(current)
+    def delete(self, message: QueueMessage) -> None:
+        """Every part of ``message`` is settled (``Host.delete``)."""
+        with self._settling(message) as current:
+            self._delete(current)
 
     def _delete(self, message: QueueMessage) -> None:
         try:
@@ -177,13 +125,10 @@ class Worker:
         except TransientError:
             log.info("ack of %s failed; the redelivered copy will be a duplicate", message.id)
 
-    def _release(self, part: Part, delay: float | None = None) -> None:
-        """Make the part's message visible again after ``delay`` (the retry policy's, for a
-        handler failure) or ``retry_delay`` (storage trouble), with all its parts: those
-        settled meanwhile come back as duplicates. If this fails too, the lease runs out on
-        its own."""
-        if not part.release():
-            return  # another part of the message released it already
-        with self._settling(part.message) as current, contextlib.suppress(StorageError):
+    def release(self, message: QueueMessage, delay: float | None, cause: Exception) -> None:
+        """Make ``message`` visible again after ``delay`` (the retry policy's, for a handler
+        failure) or ``retry_delay`` (storage trouble). If this fails too, the lease runs out
+        on its own."""
+        with self._settling(message) as current, contextlib.suppress(StorageError):
             self.bus.storage.queues.extend(
                 self.queue, current, lease=self.retry_delay if delay is None else delay)

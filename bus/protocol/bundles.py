@@ -19,9 +19,22 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
 
 from bus.envelope import BUNDLE_OVERHEAD, MAX_SIGNAL_BYTES, split_bundle
-from bus.storage import QueueMessage
+
+
+class Leased(Protocol):
+    """A queue message as a host holds it: its body as on the queue, its dequeue count."""
+
+    @property
+    def body(self) -> str: ...
+
+    @property
+    def dequeue_count(self) -> int: ...
+
+
+M = TypeVar("M", bound=Leased)
 
 MAX_PARTS = 32
 """Signals per bundle at most: what one receive call leases at most, so a bundle is never a
@@ -55,10 +68,10 @@ class _Settling:
 
 
 @dataclass(frozen=True)
-class Part:
+class Part(Generic[M]):
     """One signal of a leased queue message (the whole message, for a plain signal)."""
 
-    message: QueueMessage
+    message: M
     body: str
     """The signal's own body, as it would sit on the queue alone."""
     index: int
@@ -87,9 +100,9 @@ class Part:
             return first
 
 
-def parts(messages: Sequence[QueueMessage]) -> list[Part]:
+def parts(messages: Sequence[M]) -> list[Part[M]]:
     """The parts of leased ``messages``, in order."""
-    found: list[Part] = []
+    found: list[Part[M]] = []
     for message in messages:
         bodies = split_bundle(message.body) or [message.body]
         settling = _Settling(len(bodies))

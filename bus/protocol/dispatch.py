@@ -29,9 +29,8 @@ phase.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
-from bus.envelope import Envelope
 from bus.ids import IdFactory
 from bus.protocol.backpressure import QueueFull
 from bus.protocol.courier import Courier
@@ -55,65 +54,42 @@ class Dispatcher:
         """Drive ``slot.record`` to the end. ``committed_by_me``: the caller's own commit
         produced ``slot`` (so nobody else can have used its attempt ids yet).
 
-        Raises ClaimLost when another worker moved the slot on; that worker finishes the job.
+        Raises ClaimLost when another worker moved the slot on (that worker finishes the
+        job), a StorageError when the outcome is unknown (the next completer resumes), or
+        QueueFull when a destination has no room (the record waits in the outbox).
         """
-        slot = self.prepare(slot, committed_by_me=committed_by_me)
-        assert slot.record is not None
-        self.signal(slot.record)
-        self.finish(slot)
+        problem = self.complete_many([slot], committed_by_me=committed_by_me)[0]
+        if problem is not None:
+            raise problem
 
-    def complete_many(self, slots: Sequence[Slot]) -> list[Exception | None]:
-        """``complete`` for records the caller has just committed (a worker's batch), with
-        the token creates of step 2 shared per destination and the consumes of step 6 shared.
+    def complete_many(self, slots: Sequence[Slot], *,
+                      committed_by_me: bool) -> list[Exception | None]:
+        """``complete`` for several records at once (a worker's batch: one record per
+        partition), with the sends of step 4 bundled per destination, the confirmations of
+        step 5 and the consumes of step 6 one request per destination for them all.
 
-        Returns, per slot, None (completed) or the exception ``complete`` would have raised:
-        ClaimLost (someone else moved the slot on) or a StorageError (outcome unknown; the
-        redelivery completes the record as a helper does, with fresh attempt ids).
+        Returns, per slot, None (completed) or the exception ``complete`` raises for it.
         """
         results: list[Exception | None] = [None] * len(slots)
-        placing = [i for i, s in enumerate(slots) if _unplaced(s.record)]
-        try:
-            self._courier.place_many([e for i in placing for e in _outgoing(slots[i].record)])
-        except Exception as exc:  # unknown outcome: these attempt ids are burnt
-            for index in placing:
-                results[index] = exc
         sending: list[tuple[int, OutboxRecord]] = []
         for index, slot in enumerate(slots):
-            if results[index] is not None:
-                continue
             try:
-                record = slot.record
+                record = self.prepare(slot, committed_by_me=committed_by_me).record
                 assert record is not None
-                if _unplaced(record):
-                    record = record.sending()
-                    self._outbox.update(slot, record)
                 sending.append((index, record))
             except Exception as exc:
                 results[index] = exc
-        finishing = self._signal_all(sending, results)
-        try:
-            self.confirm([record for _, record in finishing])
-        except Exception as exc:
-            for index, _ in finishing:
-                results[index] = exc
-            return results
-        finishing = self._settle_individually(finishing, results)
-        if not finishing:
-            return results
-        endpoint = finishing[0][1].endpoint
-        try:
-            self._courier.inbox.consume_many(endpoint, [r.attempt_id for _, r in finishing])
-        except Exception as exc:
-            for index, _ in finishing:
-                results[index] = exc
-            return results
-        for index, record in finishing:
-            if record.payload_ref is not None:
-                try:
-                    self._courier.payloads.delete(record.payload_ref)
-                except Exception as exc:
-                    results[index] = exc
+        self._finish_all(self._signal_all(sending, results), results)
         return results
+
+    def finish(self, slot: Slot) -> None:
+        """Steps 5-6, once every signal was sent at least once."""
+        record = slot.record
+        assert record is not None and (record.phase is Phase.SENDING or not record.outgoing)
+        results: list[Exception | None] = [None]
+        self._finish_all([(0, record)], results)
+        if results[0] is not None:
+            raise results[0]
 
     def _signal_all(self, sending: list[tuple[int, OutboxRecord]],
                     results: list[Exception | None]) -> list[tuple[int, OutboxRecord]]:
@@ -131,22 +107,49 @@ class Dispatcher:
                 results[index] = problem
         return sent
 
-    def _settle_individually(self, finishing: list[tuple[int, OutboxRecord]],
-                             results: list[Exception | None],
-                             ) -> list[tuple[int, OutboxRecord]]:
-        """The releases each record asked for, and the records that deferred their message
-        (finished one by one); returns the records left to consume together."""
-        consume: list[tuple[int, OutboxRecord]] = []
-        for index, record in finishing:
+    def _finish_all(self, finishing: list[tuple[int, OutboxRecord]],
+                    results: list[Exception | None]) -> None:
+        """Steps 5-6 for records whose every signal was sent, in order: fences, confirmations
+        (shared), releases and set-asides (per record), consumes (shared), payloads."""
+        finishing = self._each(finishing, results, self.fence_superseded)
+        try:
+            self.confirm([record for _, record in finishing])
+        except Exception as exc:
+            for index, _ in finishing:
+                results[index] = exc
+            return
+        finishing = self._each(finishing, results, self.release_requested)
+        consume = [(i, r) for i, r in finishing if r.deferred_signal is None]
+        self._each([(i, r) for i, r in finishing if r.deferred_signal is not None], results,
+                   lambda record: set_aside(self._courier, record))  # the payload stays
+        for endpoint, records in _by_endpoint(consume).items():
             try:
-                self.release_requested(record)
-                if record.deferred_signal is not None:
-                    set_aside(self._courier, record)
-                else:
-                    consume.append((index, record))
+                self._courier.inbox.consume_many(endpoint, [r.attempt_id for _, r in records])
+            except Exception as exc:
+                for index, _ in records:
+                    results[index] = exc
+                continue
+            self._each(records, results, self._drop_payload)
+
+    def _drop_payload(self, record: OutboxRecord) -> None:
+        """The consumed message's claim-check blob, if it had one."""
+        if record.payload_ref is not None:
+            self._courier.payloads.delete(record.payload_ref)
+
+    @staticmethod
+    def _each(items: list[tuple[int, OutboxRecord]], results: list[Exception | None],
+              step: Callable[[OutboxRecord], object]) -> list[tuple[int, OutboxRecord]]:
+        """Run ``step`` on each record; returns those it succeeded for (the others' results
+        say why)."""
+        done: list[tuple[int, OutboxRecord]] = []
+        for index, record in items:
+            try:
+                step(record)
             except Exception as exc:
                 results[index] = exc
-        return consume
+                continue
+            done.append((index, record))
+        return done
 
     def place_ahead(self, records: Sequence[tuple[str, OutboxRecord]]) -> list[OutboxRecord]:
         """Steps 2-3 before the commit, for ``(partition, record)`` pairs a worker is about
@@ -215,20 +218,6 @@ class Dispatcher:
         if problem is not None:
             raise problem
 
-    def finish(self, slot: Slot) -> None:
-        """Steps 5-6, once every signal was sent at least once."""
-        record = slot.record
-        assert record is not None and (record.phase is Phase.SENDING or not record.outgoing)
-        self.fence_superseded(record)
-        self.confirm([record])
-        self.release_requested(record)
-        if record.deferred_signal is not None:
-            set_aside(self._courier, record)  # the payload stays for the release
-            return
-        self._courier.inbox.consume(record.endpoint, record.attempt_id)
-        if record.payload_ref is not None:
-            self._courier.payloads.delete(record.payload_ref)
-
     def release_requested(self, record: OutboxRecord) -> None:
         """The deferred messages the handler released (idempotent: safe to repeat)."""
         for wanted in record.releases:
@@ -265,10 +254,9 @@ def _first_problem(problems: Sequence[StorageError | None]) -> StorageError | No
     return first[0] if first else None
 
 
-def _unplaced(record: OutboxRecord | None) -> bool:
-    """A committed record whose outgoing tokens may not exist yet (step 2 is still to do)."""
-    return record is not None and record.phase is Phase.COMMITTED and bool(record.outgoing)
-
-
-def _outgoing(record: OutboxRecord | None) -> tuple[Envelope, ...]:
-    return record.outgoing if record is not None else ()
+def _by_endpoint(items: list[tuple[int, OutboxRecord]],
+                 ) -> dict[str, list[tuple[int, OutboxRecord]]]:
+    grouped: dict[str, list[tuple[int, OutboxRecord]]] = {}
+    for index, record in items:
+        grouped.setdefault(record.endpoint, []).append((index, record))
+    return grouped

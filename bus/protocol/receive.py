@@ -24,7 +24,6 @@ its compare-and-swap.
 
 from __future__ import annotations
 
-import base64
 import enum
 import logging
 import random as _random
@@ -37,7 +36,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_at
 from bus.addressing import Addressing
 from bus.context import Context, PartitionState, StateError, check_key
 from bus.endpoint import Endpoint, Route
-from bus.envelope import BadSignal, Envelope, decode_signal, parse_envelope, split_bundle
+from bus.envelope import BadSignal, Envelope, decode_signal
 from bus.messages import Message
 from bus.middleware import HandleNext, Middleware, handling_chain
 from bus.protocol.courier import due_in
@@ -97,16 +96,6 @@ class _Decoded:
 
 
 @dataclass(frozen=True)
-class _Ready:
-    """A message of a batch whose handler ran: what to commit, at which slot."""
-
-    index: int
-    slot: Slot
-    operations: list[TableOp]
-    record: OutboxRecord
-
-
-@dataclass(frozen=True)
 class Handoff:
     """A committed outbox record left for someone else to dispatch (a Durable orchestration).
 
@@ -120,6 +109,10 @@ class Handoff:
     copies: int
 
 
+def _no_ack() -> None:
+    return None
+
+
 @dataclass(frozen=True)
 class Incoming:
     """One leased signal of a batch: its body as on the queue, its delivery count, and the
@@ -127,7 +120,41 @@ class Incoming:
 
     body: str
     dequeue_count: int
-    ack: Callable[[], None]
+    ack: Callable[[], None] = _no_ack
+
+
+@dataclass(frozen=True)
+class _Claim:
+    """A signal past steps 1-2, waiting for its turn at its partition's slot."""
+
+    index: int
+    decoded: _Decoded
+    item: Incoming
+    tries: int = 0
+
+
+@dataclass(frozen=True)
+class _Ready:
+    """A claim whose handler ran: what to commit, at which slot."""
+
+    claim: _Claim
+    slot: Slot
+    operations: list[TableOp]
+    record: OutboxRecord
+
+
+def _one_per_partition(waiting: list[_Claim]) -> tuple[list[_Claim], list[_Claim]]:
+    """The first claim of each partition (this round's), and the others (in order)."""
+    turn: list[_Claim] = []
+    later: list[_Claim] = []
+    taken: set[str] = set()
+    for claim in waiting:
+        if claim.decoded.partition in taken:
+            later.append(claim)
+        else:
+            taken.add(claim.decoded.partition)
+            turn.append(claim)
+    return turn, later
 
 
 @dataclass(frozen=True)
@@ -171,10 +198,6 @@ def _retried_at_once(exc: BaseException) -> bool:
     SystemExit must stop the worker, not run the handler again."""
     return isinstance(exc, Exception) and not isinstance(
         exc, (StorageError, ClaimLost, RetryAfter, Reject))
-
-
-def _no_ack() -> None:
-    return None
 
 
 def _processed(slot: Slot) -> Outcome:
@@ -224,181 +247,201 @@ class Receiver:
         """The slots this receiver remembers from its own commits (``Settings.slot_cache_size``)."""
         return self._slots
 
-    def handle(self, body: str, dequeue_count: int,
-               ack: Callable[[], None] = _no_ack) -> Outcome:
-        """Process a signal body exactly as it sits on the queue (base64 text).
+    def receive(self, batch: Sequence[Incoming], *,
+                inline_max: int | None = None) -> list[Delivery | Exception]:
+        """Process signals exactly as they sit on the queue (base64 text), one result each:
+        its Delivery, or the exception that leaves it to a redelivery - HandlerFailed (the
+        handler raised; redeliver after its delay) or a StorageError (outcome unknown). Both
+        are safe to retry any number of times. Each signal's ``ack`` is called once its
+        outcome is durable. A bundle is its host's to split (``bus.hosting.settlement``).
 
-        ``ack`` deletes the queue message; it is called once the outcome is durable. Raises
-        HandlerFailed (the handler raised; redeliver) or a StorageError (outcome unknown;
-        redeliver). Both are safe to retry any number of times. A bundle's signals are
-        handled in turn (``ack`` once all of them reached an outcome).
+        A record with more than ``inline_max`` outgoing copies is committed but not
+        dispatched: its Delivery's ``handoff`` says which, for an orchestration to finish
+        (``bus.hosting.functions``).
+
+        One signal is a batch of one. For a batch, the storage calls that can serve several
+        messages at once do: the inbox tokens are read in one request per round, the outgoing
+        tokens created, signals sent and incoming tokens consumed in one per destination. The
+        claim (steps 3-7) goes in rounds: one message per partition each round, so two
+        messages of one partition commit one after the other; a message that finds an
+        unfinished record, or loses its compare-and-swap, tries again in the next round.
         """
-        bundled = split_bundle(body)
-        if bundled is not None:
-            outcome = self._deliver_bundle(bundled, dequeue_count, None).outcome
-            ack()
-            return outcome
-        step = self._admit_body(body, dequeue_count, ack)
-        if isinstance(step, Outcome):
-            return step
-        return self._claim(step, body, dequeue_count, ack, None).outcome
-
-    def handle_decoded(self, raw: bytes, dequeue_count: int,
-                       ack: Callable[[], None] = _no_ack) -> Outcome:
-        """Like ``handle`` for a body the host already base64-decoded (Functions trigger)."""
-        return self.deliver(raw, dequeue_count, ack).outcome
-
-    def deliver(self, raw: bytes, dequeue_count: int, ack: Callable[[], None] = _no_ack, *,
-                inline_max: int | None = None) -> Delivery:
-        """Like ``handle_decoded``; a record with more than ``inline_max`` outgoing copies is
-        committed but not dispatched: the returned ``handoff`` says which, for an
-        orchestration to finish (see ``bus.hosting.functions``)."""
-        body = base64.b64encode(raw).decode("ascii")
-        bundled = split_bundle(body)
-        if bundled is not None:
-            return self._deliver_bundle(bundled, dequeue_count, inline_max)
-        try:
-            envelope = parse_envelope(raw)
-        except BadSignal as exc:
-            return Delivery(self._poison_bad(body, None, str(exc), dequeue_count, ack))
-        return self._handle(envelope, body, dequeue_count, ack, inline_max)
-
-    def _deliver_bundle(self, bodies: list[str], dequeue_count: int,
-                        inline_max: int | None) -> Delivery:
-        """Each signal of a bundle in turn (its ack is the host's, once all succeeded). The
-        first failure is raised after the others were tried: the host redelivers the bundle,
-        and the signals settled by then are duplicates on the next delivery."""
-        parts: list[Delivery] = []
-        failure: Exception | None = None
-        for body in bodies:
-            try:
-                envelope = decode_signal(body)
-            except BadSignal as exc:
-                parts.append(Delivery(self._poison_bad(body, None, str(exc), dequeue_count,
-                                                       _no_ack)))
-                continue
-            try:
-                parts.append(self._handle(envelope, body, dequeue_count, _no_ack, inline_max))
-            except Exception as exc:  # HandlerFailed, StorageError: raised after the rest
-                failure = failure or exc
-        if failure is not None:
-            raise failure
-        return Delivery(Outcome.PROCESSED, parts=tuple(parts))
-
-    def handle_many(self, batch: Sequence[Incoming]) -> list[Outcome | Exception]:
-        """``handle`` for a worker's batch, with three storage calls shared by the batch
-        instead of made per message: the inbox tokens are read in one request, the outgoing
-        tokens created in one per destination, the incoming tokens consumed in one.
-
-        The steps and their order per message are those of ``handle``; anything unusual (an
-        unfinished record in a slot, two messages of one partition, a lost race, a shared call
-        that failed) falls back to ``handle`` for that message, after the batch. Each result
-        is the message's outcome or the exception ``handle`` would have raised.
-        """
-        results: dict[int, Outcome | Exception] = {}
-        later: list[int] = []
-        claims = self._admit_batch(batch, results, later)
-        try:
-            tokens = self._inbox.read_many(self.endpoint, [
-                attempt for _, d, slot in claims
-                for attempt in self._token_keys(d, slot)])
-        except StorageError:
-            tokens, claims, later = {}, [], later + [i for i, _, _ in claims]
-        ready: list[_Ready] = []
-        for index, d, slot in claims:
-            item = batch[index]
-            try:
-                if self._unfinished(slot, tokens):
-                    self._slots.forget(slot.partition)
-                    later.append(index)  # an unfinished record: the one-message path
-                    continue
-                token = tokens.get(d.envelope.attempt_id)
-                outcome = self._check_token(d, token)
-                if outcome is not None:
-                    item.ack()
-                    results[index] = outcome
-                    continue
-                prepared = self._run_handler(d, slot, item.body, item.dequeue_count,
-                                             item.ack, token=token)
-                if prepared is None:
-                    results[index] = Outcome.POISONED
-                else:
-                    ready.append(_Ready(index, slot, *prepared))
-            except Exception as exc:  # HandlerFailed, StorageError: as ``handle`` raises them
-                results[index] = exc
-        committed = self._commit_batch(self._place_batch(ready, results), results, later)
-        self._complete_batch(batch, committed, results, later)
-        for index in sorted(later):
-            item = batch[index]
-            try:
-                results[index] = self.handle(item.body, item.dequeue_count, item.ack)
-            except Exception as exc:
-                results[index] = exc
+        results: dict[int, Delivery | Exception] = {}
+        waiting = self._admit_all(batch, results)
+        while waiting:
+            waiting = self._claim_round(waiting, results, inline_max)
         return [results[i] for i in range(len(batch))]
 
-    def _admit_batch(self, batch: Sequence[Incoming], results: dict[int, Outcome | Exception],
-                     later: list[int]) -> list[tuple[int, _Decoded, Slot]]:
-        """Steps 1-3 for each message: decoded, and its partition's slot loaded."""
-        claims: list[tuple[int, _Decoded, Slot]] = []
-        partitions: set[str] = set()
+    def handle(self, body: str, dequeue_count: int,
+               ack: Callable[[], None] = _no_ack) -> Outcome:
+        """``receive`` for one signal: its outcome, or the exception raised."""
+        [result] = self.receive([Incoming(body, dequeue_count, ack)])
+        if isinstance(result, Exception):
+            raise result
+        return result.outcome
+
+    def _admit_all(self, batch: Sequence[Incoming],
+                   results: dict[int, Delivery | Exception]) -> list[_Claim]:
+        """Steps 1-2 for each signal; returns those that go on to claim their partition."""
+        waiting: list[_Claim] = []
         for index, item in enumerate(batch):
             try:
                 step = self._admit_body(item.body, item.dequeue_count, item.ack)
-                if isinstance(step, Outcome):
-                    results[index] = step
-                elif step.partition in partitions:
-                    later.append(index)  # one claim per partition and batch
-                else:
-                    partitions.add(step.partition)
-                    claims.append((index, step, self._slot(step)))
             except Exception as exc:
                 results[index] = exc
-        return claims
+                continue
+            if isinstance(step, Outcome):
+                results[index] = Delivery(step)
+            else:
+                waiting.append(_Claim(index, step, item))
+        return waiting
 
-    def _place_batch(self, ready: list[_Ready],
-                     results: dict[int, Outcome | Exception]) -> list[_Ready]:
-        """Every outgoing token of the batch created pending, one request per destination
-        (``Dispatcher.place_ahead``); on an unknown outcome the messages that send anything
-        are redelivered (their handlers run again, with fresh ids)."""
-        sending = [r for r in ready if r.record.outgoing]
-        if not sending:
+    def _claim_round(self, waiting: list[_Claim], results: dict[int, Delivery | Exception],
+                     inline_max: int | None) -> list[_Claim]:
+        """Steps 3-7 for one message per partition; returns the claims for the next round:
+        those whose partition was taken this round, and those to try again."""
+        turn, later = _one_per_partition(waiting)
+        again: list[_Claim] = []
+        loaded = self._load_slots(turn, results)
+        tokens = self._read_tokens(loaded, results)
+        ready: list[_Ready] = []
+        for claim, slot in loaded:
+            if claim.index in results:
+                continue  # the token read failed
+            try:
+                step = self._check(claim, slot, tokens)
+            except ClaimLost:
+                self._slots.forget(slot.partition)
+                step = None
+            except Exception as exc:  # HandlerFailed, StorageError: left to a redelivery
+                results[claim.index] = exc
+                continue
+            if step is None:
+                again.append(claim)
+            elif isinstance(step, Delivery):
+                results[claim.index] = step
+            else:
+                ready.append(step)
+        committed = self._commit_all(self._place(ready, results, inline_max), results, again)
+        self._complete_all(committed, results, again, inline_max)
+        return later + self._another_round(again, results)
+
+    def _another_round(self, again: list[_Claim],
+                       results: dict[int, Delivery | Exception]) -> list[_Claim]:
+        """The claims to try again, up to ``_MAX_CLAIM_ROUNDS`` tries each."""
+        retried: list[_Claim] = []
+        for claim in again:
+            if claim.tries + 1 >= _MAX_CLAIM_ROUNDS:
+                results[claim.index] = Contention(
+                    f"partition {claim.decoded.partition!r} of {self.endpoint!r} kept changing")
+            else:
+                retried.append(replace(claim, tries=claim.tries + 1))
+        return retried
+
+    def _load_slots(self, turn: list[_Claim], results: dict[int, Delivery | Exception],
+                    ) -> list[tuple[_Claim, Slot]]:
+        """Step 3: each claim's slot (remembered, or read with its declared rows)."""
+        loaded: list[tuple[_Claim, Slot]] = []
+        for claim in turn:
+            try:
+                loaded.append((claim, self._slot(claim.decoded)))
+            except Exception as exc:
+                results[claim.index] = exc
+        return loaded
+
+    def _read_tokens(self, loaded: list[tuple[_Claim, Slot]],
+                     results: dict[int, Delivery | Exception]) -> dict[str, Token]:
+        """Step 4's read, with step 3's: every claim's own token and each slot record's
+        incoming token (to tell whether it is finished), in one request."""
+        keys = [key for claim, slot in loaded for key in self._token_keys(claim.decoded, slot)]
+        if not keys:
+            return {}
+        try:
+            return self._inbox.read_many(self.endpoint, keys)
+        except StorageError as exc:
+            for claim, _ in loaded:
+                results[claim.index] = exc
+            return {}
+
+    def _check(self, claim: _Claim, slot: Slot,
+               tokens: dict[str, Token]) -> _Ready | Delivery | None:
+        """Steps 3-5 for one claim: None to try again (an unfinished record was in the slot,
+        now completed), the Delivery when the copy goes no further, else what to commit."""
+        d, item = claim.decoded, claim.item
+        if self._unfinished(slot, tokens):
+            if not slot.cached:
+                self._dispatcher.complete(slot, committed_by_me=False)
+            self._slots.forget(slot.partition)  # read it, and its record, afresh
+            return None
+        token = tokens.get(d.envelope.attempt_id)
+        outcome = self._check_token(d, token)
+        if outcome is not None:
+            item.ack()
+            return Delivery(outcome)
+        prepared = self._run_handler(d, slot, item.body, item.dequeue_count, item.ack,
+                                     token=token)
+        if prepared is None:
+            return Delivery(Outcome.POISONED)
+        return _Ready(claim, slot, *prepared)
+
+    def _place(self, ready: list[_Ready], results: dict[int, Delivery | Exception],
+               inline_max: int | None) -> list[_Ready]:
+        """Steps 2-3 of dispatch before the commit: every outgoing token of the round created
+        pending, one request per destination (``Dispatcher.place_ahead``) - not for a record
+        left to an orchestration. On an unknown outcome the messages that send anything are
+        redelivered (their handlers run again, with fresh ids)."""
+        placing = [r for r in ready if r.record.outgoing and self._inline(r.record, inline_max)]
+        if not placing:
             return ready
         try:
             placed = self._dispatcher.place_ahead(
-                [(r.slot.partition, r.record) for r in sending])
+                [(r.slot.partition, r.record) for r in placing])
         except Exception as exc:
-            for r in sending:
-                results[r.index] = exc
-            return [r for r in ready if not r.record.outgoing]
-        records = {r.index: record for r, record in zip(sending, placed, strict=True)}
-        return [replace(r, record=records.get(r.index, r.record)) for r in ready]
+            failed = {r.claim.index for r in placing}
+            for index in failed:
+                results[index] = exc
+            return [r for r in ready if r.claim.index not in failed]
+        records = {r.claim.index: record for r, record in zip(placing, placed, strict=True)}
+        return [replace(r, record=records.get(r.claim.index, r.record)) for r in ready]
 
-    def _commit_batch(self, ready: list[_Ready], results: dict[int, Outcome | Exception],
-                      later: list[int]) -> list[tuple[_Ready, Slot]]:
+    def _commit_all(self, ready: list[_Ready], results: dict[int, Delivery | Exception],
+                    again: list[_Claim]) -> list[tuple[_Ready, Slot]]:
+        """Step 6 for each message of the round; a lost claim tries again."""
         committed: list[tuple[_Ready, Slot]] = []
         for r in ready:
             try:
                 committed.append((r, self._commit(r.slot, r.operations, r.record)))
             except ClaimLost:
-                later.append(r.index)
+                again.append(r.claim)
             except Exception as exc:
-                results[r.index] = exc
+                results[r.claim.index] = exc
         return committed
 
-    def _complete_batch(self, batch: Sequence[Incoming],
-                        committed: list[tuple[_Ready, Slot]],
-                        results: dict[int, Outcome | Exception], later: list[int]) -> None:
-        outcomes = self._dispatcher.complete_many([slot for _, slot in committed])
-        for (r, slot), problem in zip(committed, outcomes, strict=True):
-            index = r.index
+    def _complete_all(self, committed: list[tuple[_Ready, Slot]],
+                      results: dict[int, Delivery | Exception], again: list[_Claim],
+                      inline_max: int | None) -> None:
+        """Step 7: the round's records completed together (``Dispatcher.complete_many``) -
+        or handed off - and their signals acknowledged."""
+        inline: list[tuple[_Ready, Slot]] = []
+        for r, slot in committed:
+            handoff = self._handoff(r.claim.decoded, slot, inline_max)
+            if handoff is None:
+                inline.append((r, slot))
+            else:
+                r.claim.item.ack()
+                results[r.claim.index] = Delivery(_processed(slot), handoff)
+        problems = self._dispatcher.complete_many([slot for _, slot in inline],
+                                                  committed_by_me=True)
+        for (r, slot), problem in zip(inline, problems, strict=True):
             if problem is None:
                 self._remember(slot, r.slot, r.operations)
-                batch[index].ack()
-                results[index] = _processed(slot)
+                r.claim.item.ack()
+                results[r.claim.index] = Delivery(_processed(slot))
             elif isinstance(problem, ClaimLost):
-                later.append(index)  # someone else moved the slot on: look again
+                self._slots.forget(slot.partition)
+                again.append(r.claim)  # someone else moved the slot on: look again
             else:
-                results[index] = problem  # unknown outcome: the redelivery finishes the record
+                results[r.claim.index] = problem  # unknown: the redelivery finishes it
 
     @staticmethod
     def _token_keys(d: _Decoded, slot: Slot) -> list[str]:
@@ -418,13 +461,6 @@ class Receiver:
         except BadSignal as exc:
             return self._poison_bad(body, None, str(exc), dequeue_count, ack)
         return self._admit(envelope, body, dequeue_count, ack)
-
-    def _handle(self, envelope: Envelope, body: str, dequeue_count: int,
-                ack: Callable[[], None], inline_max: int | None = None) -> Delivery:
-        step = self._admit(envelope, body, dequeue_count, ack)
-        if isinstance(step, Outcome):
-            return Delivery(step)
-        return self._claim(step, body, dequeue_count, ack, inline_max)
 
     def _admit(self, envelope: Envelope, body: str, dequeue_count: int,
                ack: Callable[[], None]) -> _Decoded | Outcome:
@@ -496,40 +532,6 @@ class Receiver:
         return _Decoded(envelope, route, message, partition, _reads(route, message))
 
     # -- steps 3-7 ------------------------------------------------------------------------
-    def _claim(self, d: _Decoded, body: str, dequeue_count: int,
-               ack: Callable[[], None], inline_max: int | None) -> Delivery:
-        for _ in range(_MAX_CLAIM_ROUNDS):
-            slot = self._slot(d)
-            try:
-                tokens = self._tokens(d, slot)
-                if self._unfinished(slot, tokens):
-                    if not slot.cached:
-                        self._dispatcher.complete(slot, committed_by_me=False)
-                    self._slots.forget(slot.partition)  # read it, and its record, afresh
-                    continue
-                token = tokens.get(d.envelope.attempt_id)
-                outcome = self._check_token(d, token)
-                if outcome is not None:
-                    ack()
-                    return Delivery(outcome)
-                prepared = self._run_handler(d, slot, body, dequeue_count, ack, token=token)
-                if prepared is None:
-                    return Delivery(Outcome.POISONED)
-                operations, record = prepared
-                if record.outgoing and self._inline(record, inline_max):
-                    [record] = self._dispatcher.place_ahead([(d.partition, record)])
-                committed = self._commit(slot, operations, record)
-                handoff = self._handoff(d, committed, inline_max)
-                if handoff is None:
-                    self._dispatcher.complete(committed, committed_by_me=True)
-                    self._remember(committed, slot, operations)
-            except ClaimLost:
-                self._slots.forget(slot.partition)  # counted by ``_commit`` if stale
-                continue
-            ack()
-            return Delivery(_processed(committed), handoff)
-        raise Contention(f"partition {d.partition!r} of {self.endpoint!r} kept changing")
-
     def _handoff(self, d: _Decoded, slot: Slot, inline_max: int | None) -> Handoff | None:
         assert slot.record is not None
         if self._inline(slot.record, inline_max):
@@ -547,11 +549,6 @@ class Receiver:
         """Whether the slot holds a record whose work is not done (read with its token)."""
         return slot.record is not None and not finished(
             slot.record, tokens.get(slot.record.attempt_id))
-
-    def _tokens(self, d: _Decoded, slot: Slot) -> dict[str, Token]:
-        """The copy's own token and the slot record's incoming token, in one request (both
-        belong to this endpoint). A record whose token is gone is finished."""
-        return self._inbox.read_many(self.endpoint, self._token_keys(d, slot))
 
     def _check_token(self, d: _Decoded, token: Token | None) -> Outcome | None:
         """None when the copy may be processed; otherwise why not."""
@@ -651,10 +648,10 @@ class Receiver:
         return backoff(policy.backoff_initial, policy.backoff_max, self._random)
 
     # -- poison ---------------------------------------------------------------------------
-    def give_up(self, raw: bytes, deliveries: int, cause: StorageError) -> Outcome:
-        """Poison a signal (base64-decoded, as ``deliver`` takes it) after storage errors on
-        each of its ``deliveries`` deliveries, ``cause`` the last: its host allows no more
-        (``bus.hosting.functions.trigger``). Same poison queue and token parking as a failing
+    def give_up(self, body: str, deliveries: int, cause: StorageError) -> Outcome:
+        """Poison a signal (its body as on the queue) after storage errors on each of its
+        ``deliveries`` deliveries, ``cause`` the last: no more are allowed
+        (``bus.hosting.settlement``). Same poison queue and token parking as a failing
         handler, so the dead-letter tools list and replay it - unless its token says there
         is nothing to poison: gone (a delivery processed it and the error came after),
         parked (poisoned already), fenced or deferred. Raises a StorageError when poisoning
@@ -665,9 +662,8 @@ class Receiver:
         the record and consumes the token, after which the entry reads as stale and a replay
         removes it; a replay before that completes the record itself. Exactly once either way.
         """
-        body = base64.b64encode(raw).decode("ascii")
         try:
-            envelope = parse_envelope(raw)
+            envelope = decode_signal(body)
         except BadSignal as exc:  # its poisoning met the errors
             return self._poison_bad(body, None, str(exc), deliveries, _no_ack)
         token = self._inbox.read(self.endpoint, envelope.attempt_id)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import pytest
 
 import bus.envelope as wire
-import bus.hosting.functions.trigger as trigger_module
+import bus.hosting.settlement as settlement_module
 from bus import Bus, Command, Context, Endpoint, Outcome, Settings
 from bus.hosting.functions.trigger import QueueTrigger
 from bus.protocol.deadletters import ReplayResult
@@ -104,7 +104,7 @@ class Outage:
 
 @pytest.fixture(autouse=True)
 def _no_requeue_delay(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(trigger_module, "REQUEUE_DELAY_SECONDS", 0.0)
+    monkeypatch.setattr(settlement_module, "REQUEUE_DELAY_SECONDS", 0.0)
 
 
 def build(storage: Storage, prefix: str, monkeypatch: pytest.MonkeyPatch,

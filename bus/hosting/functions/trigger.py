@@ -5,14 +5,15 @@ and copies it to ``<queue>-poison`` when it raises on delivery ``maxDequeueCount
 without a reason, its token still live). That last rule is right for a handler that keeps
 failing (the receiver poisons those itself, with the reason, before the host would) but not
 for storage errors: the message is fine, the storage was not, and the bus, not the host,
-should poison it with the reason. So storage errors are handled here, per signal (each part
-of a bundle on its own), with the **delivery count** a signal has had across copies of it:
+should poison it with the reason. So storage errors are settled inside the function (by
+``bus.hosting.settlement``, the rules every host shares), per signal (each part of a bundle
+on its own), with the **delivery count** a signal has had across copies of it:
 the ``deliveries`` its envelope carries (0 on a signal as sent; docs/envelope.md) plus the
 host's dequeue count. With ``max`` the max delivery count (``maxDequeueCount``):
 
 * below ``max`` and before the host's last delivery: raise, the host redelivers;
 * on the host's **second-to-last** delivery: put a copy back on the queue after
-  ``REQUEUE_DELAY_SECONDS``, carrying its delivery count, and return - one last delivery
+  ``settlement.REQUEUE_DELAY_SECONDS``, carrying its delivery count, and return - one last delivery
   after a pause longer than the host's retry delay, for storage that is away for a while;
 * at ``max`` (the copy's first delivery, or the host's last of the original): poison it the
   way the receiver poisons a failing handler (``Receiver.give_up``: the reason, the last
@@ -41,22 +42,38 @@ not in the function.
 from __future__ import annotations
 
 import base64
-import logging
-
-from tenacity import Retrying
+from dataclasses import dataclass
 
 from bus.bus import Bus
-from bus.envelope import bundle_parts, carried_deliveries, with_deliveries
 from bus.hosting.breaker import CircuitBreaker
-from bus.hosting.retry import transient_retries
+from bus.hosting.settlement import Settlement
 from bus.protocol.courier import MAX_VISIBILITY_DELAY
 from bus.protocol.receive import Delivery, Outcome
-from bus.storage import StorageError
 
-log = logging.getLogger(__name__)
 
-REQUEUE_DELAY_SECONDS = 30.0
-"""Visibility delay of a copy put back after storage errors (before its last delivery)."""
+@dataclass
+class _Invocation:
+    """The message of one invocation, as the settlement sees it (``Leased``)."""
+
+    body: str
+    dequeue_count: int
+    failure: Exception | None = None
+
+
+class _FunctionsHost:
+    """The Functions host's queue operations, seen from inside the function: it deletes the
+    message when the function returns, releases it when the function raises, and poisons it
+    on its own when the function raises on delivery ``maxDequeueCount``."""
+
+    poisons_at_max = True
+
+    @staticmethod
+    def delete(message: _Invocation) -> None:
+        return None  # the host deletes it once the function returns
+
+    @staticmethod
+    def release(message: _Invocation, delay: float | None, cause: Exception) -> None:
+        message.failure = cause  # raised once every part is settled: the host releases it
 
 
 class QueueTrigger:
@@ -70,67 +87,26 @@ class QueueTrigger:
         self.queue = bus.names.queue(endpoint)
         self.max_dequeue_count = max_dequeue_count
         self.breaker = CircuitBreaker(bus, endpoint, clock=bus.clock)
-        self.inline_dispatch_max = inline_dispatch_max
-        self._tries = in_process_tries
+        self.settlement: Settlement[_Invocation] = Settlement(
+            bus, endpoint, _FunctionsHost(), max_delivery_count=max_dequeue_count,
+            inline_max=inline_dispatch_max, in_process_tries=in_process_tries)
 
     def deliver(self, raw: bytes, dequeue_count: int) -> Delivery:
         """Process one message body (already base64-decoded by the host).
 
         Returns normally when the message may be deleted; raises to have it redelivered.
         """
+        body = base64.b64encode(raw).decode("ascii")
         paused = self.breaker.paused_for()
         if paused > 0:
-            self.bus.storage.queues.send(self.queue, base64.b64encode(raw).decode("ascii"),
+            self.bus.storage.queues.send(self.queue, body,
                                          delay=min(paused, MAX_VISIBILITY_DELAY))
             return Delivery(Outcome.REQUEUED)
-        signals = bundle_parts(raw)
-        if signals is None:
-            return self._deliver(raw, dequeue_count)
-        return self._deliver_parts(signals, dequeue_count)
-
-    def _deliver_parts(self, parts: list[bytes], dequeue_count: int) -> Delivery:
-        """A bundle's signals in turn, each with its own delivery count; one put back goes
-        alone. The first failure is raised after the others were tried: the host redelivers
-        the bundle, and the signals settled by then are duplicates on the next delivery."""
-        delivered: list[Delivery] = []
-        failure: Exception | None = None
-        for part in parts:
-            try:
-                delivered.append(self._deliver(part, dequeue_count))
-            except Exception as exc:  # HandlerFailed, StorageError: raised after the rest
-                failure = failure or exc
-        if failure is not None:
-            raise failure
-        return Delivery(Outcome.PROCESSED, parts=tuple(delivered))
-
-    def _deliver(self, raw: bytes, dequeue_count: int) -> Delivery:
-        """One signal, with its delivery count: carried by the copy plus the host's."""
-        raw, carried = carried_deliveries(raw)
-        deliveries = carried + dequeue_count
-        try:
-            return self._retrying()(self.receiver.deliver, raw, deliveries,
-                                    inline_max=self.inline_dispatch_max)
-        except StorageError as exc:
-            return self._storage_trouble(raw, dequeue_count, deliveries, exc)
-
-    def _storage_trouble(self, raw: bytes, dequeue_count: int, deliveries: int,
-                         cause: StorageError) -> Delivery:
-        """Raise, put a copy back, or poison: see the module's docstring."""
-        if deliveries >= self.max_dequeue_count:
-            return Delivery(self.receiver.give_up(raw, deliveries, cause))
-        copy = with_deliveries(raw, deliveries)
-        if dequeue_count < self.max_dequeue_count - 1 or copy is None:
-            raise cause
-        self._requeue(copy, deliveries, cause)
-        return Delivery(Outcome.REQUEUED)
-
-    def _requeue(self, copy: bytes, deliveries: int, cause: StorageError) -> None:
-        body = base64.b64encode(copy).decode("ascii")
-        self.bus.storage.queues.send(self.queue, body, delay=REQUEUE_DELAY_SECONDS)
-        log.warning("storage errors on %d of %d deliveries of a signal at %s (last: %s); put "
-                    "a copy carrying its count back on the queue, due in %.0f s",
-                    deliveries, self.max_dequeue_count, self.endpoint, cause,
-                    REQUEUE_DELAY_SECONDS)
-
-    def _retrying(self) -> Retrying:
-        return transient_retries(self._tries)
+        invocation = _Invocation(body, dequeue_count)
+        settled = self.settlement.settle([invocation])
+        if invocation.failure is not None:
+            raise invocation.failure
+        deliveries = tuple(s.delivery for s in settled if s.delivery is not None)
+        if len(settled) == 1:
+            return deliveries[0]
+        return Delivery(Outcome.PROCESSED, parts=deliveries)

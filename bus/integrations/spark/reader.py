@@ -44,7 +44,7 @@ from bus.protocol.bundles import Part, parts
 from bus.protocol.inbox import Token
 from bus.protocol.verdict import Verdict, verdict
 from bus.serialization import PayloadError
-from bus.storage import EntityValue, NotFound
+from bus.storage import EntityValue, NotFound, QueueMessage
 
 log = logging.getLogger("bus.spark")
 
@@ -90,7 +90,7 @@ def _spark_type(annotation: Any) -> str:
 
 @dataclass(frozen=True)
 class _Taken:
-    part: Part
+    part: Part[QueueMessage]
     envelope: Envelope
     payload: str
 
@@ -146,11 +146,11 @@ class Drainer:
         return count
 
     # -- sorting a received round ---------------------------------------------------------------
-    def _sort(self, received: list[Part],
-              seen: set[str]) -> tuple[list[_Taken], list[Part]]:
+    def _sort(self, received: list[Part[QueueMessage]],
+              seen: set[str]) -> tuple[list[_Taken], list[Part[QueueMessage]]]:
         """The received signals (a bundle's taken apart: ``bus.protocol.bundles``) that can
         be taken, and the copies of ones taken already; settles the rest."""
-        decoded: list[tuple[Part, Envelope]] = []
+        decoded: list[tuple[Part[QueueMessage], Envelope]] = []
         for part in received:
             try:
                 envelope = decode_signal(part.body)
@@ -165,7 +165,7 @@ class Drainer:
         tokens = retried(self._bus.inbox.read_many, self.endpoint,
                          [envelope.attempt_id for _, envelope in decoded])
         taken: list[_Taken] = []
-        extra: list[Part] = []
+        extra: list[Part[QueueMessage]] = []
         for part, envelope in decoded:
             token = tokens.get(envelope.attempt_id)
             found = verdict(token)
@@ -220,7 +220,7 @@ class Drainer:
                          {"payload": taken.payload})
 
     # -- settling -------------------------------------------------------------------------------
-    def _settle(self, taken: list[_Taken], extra: list[Part]) -> None:
+    def _settle(self, taken: list[_Taken], extra: list[Part[QueueMessage]]) -> None:
         def settle(t: _Taken) -> None:
             # Consuming the token is what makes the take final; it must not be skipped.
             retried(self._bus.inbox.consume, self.endpoint, t.envelope.attempt_id)
@@ -243,7 +243,7 @@ class Drainer:
         with ThreadPoolExecutor(self._parallelism) as pool:
             list(pool.map(settle, rows))
 
-    def _delete(self, part: Part) -> None:
+    def _delete(self, part: Part[QueueMessage]) -> None:
         """The part is settled; its queue message goes once all of its parts are."""
         if not part.settled():
             return
@@ -259,12 +259,12 @@ class Drainer:
             with contextlib.suppress(NotFound):
                 retried(self._bus.storage.queues.extend, self._queue, part.message, lease=0)
 
-    def _duplicate(self, part: Part, envelope: Envelope) -> None:
+    def _duplicate(self, part: Part[QueueMessage], envelope: Envelope) -> None:
         if envelope.payload_ref is not None:  # the token is gone: the blob is garbage
             retried(self._bus.payloads.delete, envelope.payload_ref)
         self._delete(part)
 
-    def _poison(self, part: Part, envelope: Envelope | None, reason: str,
+    def _poison(self, part: Part[QueueMessage], envelope: Envelope | None, reason: str,
                 token: Token | None) -> None:
         now = self._bus.clock()
         retried(self._bus.poison_queue(self.endpoint).put, part.body, reason=reason,
