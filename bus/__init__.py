@@ -13,7 +13,7 @@ from bus.messages import Command, Event, Message, MessageKindError
 from bus.middleware import Middleware, Outgoing
 from bus.naming import Names
 from bus.protocol.backpressure import QueueFull
-from bus.protocol.receive import HandlerFailed, Outcome
+from bus.protocol.delivery import HandlerFailed, Outcome
 from bus.retry import Abandon, Reject, RetryAfter, RetryPolicy
 from bus.serialization import JsonSerializer, Serializer
 from bus.settings import Settings

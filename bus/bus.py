@@ -20,17 +20,20 @@ from bus.ids import IdFactory, random_id
 from bus.messages import Command, Event, Message, require_command, require_event
 from bus.middleware import Middleware, Outgoing, SendNext, sending_chain
 from bus.naming import Names
+from bus.protocol.admission import Admission
 from bus.protocol.backpressure import Room
 from bus.protocol.courier import Courier
 from bus.protocol.deadletters import DeadLetters
 from bus.protocol.deferral import Deferrals
 from bus.protocol.dispatch import Dispatcher
 from bus.protocol.driver import OutboxDriver
+from bus.protocol.handling import Handling
 from bus.protocol.inbox import Inbox
 from bus.protocol.ledger import Ledger
 from bus.protocol.outbox import Outbox
 from bus.protocol.payloads import Payloads
 from bus.protocol.poison import PoisonQueue
+from bus.protocol.poisoning import Poisoning
 from bus.protocol.receive import Receiver
 from bus.protocol.safeguards import Safeguards
 from bus.protocol.send import Sender
@@ -275,18 +278,24 @@ class Bus:
                           safeguards=self.safeguards)
 
     def _build_receiver(self, endpoint: Endpoint) -> Receiver:
-        table = self.names.state_table(endpoint.name)
         outbox, dispatcher = self._outbox(endpoint.name)
+        poisoning = Poisoning(endpoint=endpoint.name, inbox=self.inbox,
+                              poison=self.poison_queue(endpoint.name), clock=self.clock)
+        admission = Admission(
+            endpoint=endpoint, inbox=self.inbox, payloads=self.payloads,
+            serializer=self.serializer, poisoning=poisoning, queues=self.storage.queues,
+            queue=self.names.queue(endpoint.name), clock=self.clock, safeguards=self.safeguards)
+        handling = Handling(
+            endpoint=endpoint, tables=self.storage.tables,
+            state_table=self.names.state_table(endpoint.name),
+            addressing=self.addressing(endpoint.name), outbox=outbox, poisoning=poisoning,
+            clock=self.clock, max_delivery_count=self.settings.max_delivery_count,
+            safeguards=self.safeguards, middleware=(*self.middleware, *endpoint.middleware),
+            sleep=self._sleep, random=self._random)
         return Receiver(
-            endpoint=endpoint, inbox=self.inbox, outbox=outbox, payloads=self.payloads,
-            dispatcher=dispatcher, poison=self.poison_queue(endpoint.name),
-            addressing=self.addressing(endpoint.name), tables=self.storage.tables,
-            state_table=table, serializer=self.serializer, clock=self.clock,
-            max_delivery_count=self.settings.max_delivery_count, safeguards=self.safeguards,
-            queues=self.storage.queues, queue=self.names.queue(endpoint.name),
-            sleep=self._sleep, random=self._random,
-            slots=SlotCache(self.settings.slot_cache_size),
-            middleware=(*self.middleware, *endpoint.middleware))
+            admission=admission, handling=handling, poisoning=poisoning, inbox=self.inbox,
+            outbox=outbox, payloads=self.payloads, dispatcher=dispatcher,
+            safeguards=self.safeguards, slots=SlotCache(self.settings.slot_cache_size))
 
     def pipeline(self, endpoint: str) -> list[str]:
         """The stages one delivery at ``endpoint`` goes through, outermost first; the

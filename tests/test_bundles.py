@@ -15,7 +15,7 @@ from bus import Bus, Command, Context, Endpoint, RetryPolicy, Settings
 from bus.envelope import MAX_SIGNAL_BYTES, Envelope, encode_bundle, split_bundle
 from bus.hosting.functions.trigger import QueueTrigger
 from bus.protocol.bundles import MAX_PARTS, pack, parts
-from bus.protocol.receive import HandlerFailed, Outcome
+from bus.protocol.delivery import HandlerFailed, Outcome
 from bus.storage import QueueMessage, Storage
 from bus.testing import drain
 from tests.orderflow import state

@@ -58,7 +58,7 @@ from bus.hosting.breaker import CircuitBreaker
 from bus.hosting.retry import Wait, transient_retries
 from bus.protocol.backpressure import QueueFull
 from bus.protocol.bundles import Leased, M, Part, parts
-from bus.protocol.receive import Delivery, HandlerFailed, Incoming, Outcome
+from bus.protocol.delivery import Delivery, HandlerFailed, Incoming, Outcome
 from bus.storage import StorageError, Throttled, TransientError
 
 log = logging.getLogger(__name__)
@@ -199,7 +199,7 @@ class Settlement(Generic[M]):
 
     def _give_up(self, part: Part[M], signal: Incoming, cause: StorageError) -> Settled[M]:
         try:
-            outcome = self.receiver.give_up(signal.body, signal.dequeue_count, cause)
+            outcome = self.receiver.poisoning.give_up(signal.body, signal.dequeue_count, cause)
         except StorageError as exc:  # poisoning failed too: the next delivery tries again
             self._release(part, None, exc)
             return Settled(part, None, exc)

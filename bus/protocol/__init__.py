@@ -11,8 +11,13 @@ list complete):
 * ``payloads``   - claim-check blobs for payloads too large for a queue message.
 * ``topics``     - recipient lists in blobs, changed by ETag compare-and-swap.
 * ``backpressure`` - bounded queues and a bound on sends in flight.
-* ``receive``    - the receiver: load the partition's outbox slot, check the inbox token, run
-                   the handler, commit state + outbox record atomically with an ETag claim.
+* ``delivery``   - what the receiver is given (a signal) and answers (its outcome).
+* ``admission``  - steps 1-2 of receiving: decode, route, not yet due, payload, partition.
+* ``receive``    - the receiver and its claim: load the partition's outbox slot, check the
+                   inbox token, commit state + outbox record atomically with an ETag claim,
+                   complete the record; a single signal is a batch of one.
+* ``handling``   - step 5: the handler run against its partition, with immediate retries.
+* ``poisoning``  - poisoning a signal with the reason, its token parked.
 * ``inbox``      - inbox tokens (one per in-flight message copy), fences and parked tokens.
 * ``verdict``    - what a token's state means for an arriving copy: the one place it is decided.
 * ``outbox``     - the per-partition outbox slot, the claim.

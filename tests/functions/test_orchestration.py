@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from bus.hosting.functions.trigger import QueueTrigger
-from bus.protocol.receive import Outcome
+from bus.protocol.delivery import Outcome
 from devhost import bindings
 from devhost.durable import TASK_COMPLETED, TASK_SCHEDULED, DurableRuntime
 from devhost.hostio import Connection

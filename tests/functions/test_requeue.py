@@ -24,8 +24,8 @@ import bus.hosting.settlement as settlement_module
 from bus import Bus, Command, Context, Endpoint, Outcome, Settings
 from bus.hosting.functions.trigger import QueueTrigger
 from bus.protocol.deadletters import ReplayResult
+from bus.protocol.delivery import Delivery
 from bus.protocol.inbox import TokenState
-from bus.protocol.receive import Delivery
 from bus.storage import NotFound, Storage, TableOp, TransientError
 
 MAX = 5

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from bus.protocol.delivery import Outcome, dropped
 from bus.protocol.inbox import Token, TokenState
-from bus.protocol.receive import Outcome, dropped
 from bus.protocol.verdict import Verdict, verdict
 
 

@@ -25,7 +25,7 @@ from bus.endpoint import ConfigurationError, Endpoint
 from bus.hosting.functions.config import AppConfig
 from bus.hosting.functions.trigger import QueueTrigger
 from bus.messages import Message
-from bus.protocol.receive import Handoff
+from bus.protocol.delivery import Handoff
 from bus.settings import Settings
 
 log = logging.getLogger(__name__)

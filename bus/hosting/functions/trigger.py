@@ -48,7 +48,7 @@ from bus.bus import Bus
 from bus.hosting.breaker import CircuitBreaker
 from bus.hosting.settlement import Settlement
 from bus.protocol.courier import MAX_VISIBILITY_DELAY
-from bus.protocol.receive import Delivery, Outcome
+from bus.protocol.delivery import Delivery, Outcome
 
 
 @dataclass

@@ -1,0 +1,158 @@
+"""Admission: steps 1-2 of receiving a signal, before its partition is claimed.
+
+1. decode the envelope and route it: addressed here, a content type this endpoint reads, a
+   message type it handles (anything else is poisoned with the reason);
+2. a scheduled copy that arrived early goes back on the queue with its remaining delay;
+   otherwise fetch the payload (claim check), validate the message against the route's
+   contract and map it to its state partition and the state rows its route reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bus.context import StateError, check_key
+from bus.endpoint import Endpoint, Route
+from bus.envelope import BadSignal, Envelope, decode_signal
+from bus.messages import Message
+from bus.protocol.courier import due_in
+from bus.protocol.delivery import Incoming, Outcome, dropped
+from bus.protocol.inbox import Inbox
+from bus.protocol.outbox import RESERVED_PREFIX
+from bus.protocol.payloads import Payloads
+from bus.protocol.poisoning import Poisoning
+from bus.protocol.safeguards import Safeguards
+from bus.protocol.verdict import Verdict, verdict
+from bus.serialization import PayloadError, Serializer
+from bus.storage import Queues
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A signal ready to claim its partition: its message decoded and routed."""
+
+    envelope: Envelope
+    route: Route
+    message: Message
+    partition: str
+    reads: tuple[str, ...] = ()  # state rows to fetch with the claim (Route.reads)
+
+
+class Admission:
+    """Admits the signals of one endpoint."""
+
+    def __init__(self, *, endpoint: Endpoint, inbox: Inbox, payloads: Payloads,
+                 serializer: Serializer, poisoning: Poisoning, queues: Queues, queue: str,
+                 clock: Callable[[], float], safeguards: Safeguards) -> None:
+        self._endpoint = endpoint
+        self._inbox = inbox
+        self._payloads = payloads
+        self._serializer = serializer
+        self._poisoning = poisoning
+        self._queues = queues
+        self._queue = queue
+        self._clock = clock
+        self._safeguards = safeguards
+
+    @property
+    def endpoint(self) -> str:
+        return self._endpoint.name
+
+    def admit(self, item: Incoming) -> Admitted | Outcome:
+        """The admitted signal, or its outcome when it goes no further (acknowledged)."""
+        try:
+            envelope = decode_signal(item.body)
+        except BadSignal as exc:
+            return self._poisoning.bad(item.body, None, str(exc), item.dequeue_count, item.ack)
+        problem, route = self._route(envelope)
+        if route is None:
+            return self._poisoning.bad(item.body, envelope, problem, item.dequeue_count,
+                                       item.ack)
+        if due_in(envelope, self._clock()) > 0:
+            return self._not_yet(envelope, item)
+        if not self._safeguards.ack_after_commit:
+            item.ack()  # the "ack-before-commit" break: a crash from here on loses the message
+        payload = self._payload(envelope)
+        if payload is None:
+            return self._payload_missing(envelope, item)
+        try:
+            return self._decode(envelope, route, payload)
+        except BadSignal as exc:
+            return self._poisoning.bad(item.body, envelope, str(exc), item.dequeue_count,
+                                       item.ack)
+
+    def _not_yet(self, envelope: Envelope, item: Incoming) -> Outcome:
+        """A scheduled copy that arrived early (its delay was longer than a queue allows):
+        put the same signal back with the remaining delay, then drop this copy. The token
+        is untouched, so whichever copy arrives when due is processed once."""
+        found = verdict(self._inbox.read(self.endpoint, envelope.attempt_id))
+        if found is not Verdict.PROCESS:
+            item.ack()  # consumed, fenced, parked or deferred: nothing to wait for
+            return dropped(found)
+        self._queues.send(self._queue, item.body, delay=due_in(envelope, self._clock()))
+        item.ack()
+        return Outcome.SCHEDULED
+
+    def _payload_missing(self, envelope: Envelope, item: Incoming) -> Outcome:
+        """A claim-check blob that is gone: garbage after the message was processed (a
+        duplicate), else the signal cannot be processed."""
+        found = verdict(self._inbox.read(self.endpoint, envelope.attempt_id))
+        if found is Verdict.PROCESS:
+            assert envelope.payload_ref is not None
+            return self._poisoning.bad(
+                item.body, envelope, f"payload blob {envelope.payload_ref.blob} is missing",
+                item.dequeue_count, item.ack)
+        item.ack()
+        return dropped(found)
+
+    def _route(self, envelope: Envelope) -> tuple[str, Route | None]:
+        if envelope.destination != self.endpoint:
+            return (f"signal addressed to {envelope.destination!r} arrived at "
+                    f"{self.endpoint!r}", None)
+        if envelope.content_type != self._serializer.content_type:
+            return (f"content type {envelope.content_type!r} is not supported here "
+                    f"(expected {self._serializer.content_type!r})", None)
+        route = self._endpoint.route(envelope.message_type)
+        if route is None:
+            known = ", ".join(sorted(self._endpoint.routes)) or "nothing"
+            return (f"unknown message type {envelope.message_type!r} for endpoint "
+                    f"{self.endpoint!r} (it handles {known})", None)
+        return "", route
+
+    def _payload(self, envelope: Envelope) -> bytes | None:
+        if envelope.payload_ref is None:
+            return envelope.inline_payload()
+        return self._payloads.get(envelope.payload_ref)
+
+    def _decode(self, envelope: Envelope, route: Route, payload: bytes) -> Admitted:
+        try:
+            message = self._serializer.loads(payload, route.contract)
+        except PayloadError as exc:
+            raise BadSignal(str(exc)) from exc
+        try:
+            partition = check_key("partition key", route.partition(message))
+        except StateError as exc:
+            raise BadSignal(str(exc)) from exc
+        except Exception as exc:
+            raise BadSignal(f"the partition function raised {exc!r}") from exc
+        return Admitted(envelope, route, message, partition, _reads(route, message))
+
+
+def _reads(route: Route, message: Message) -> tuple[str, ...]:
+    """The state keys the route's ``reads`` names for ``message`` (checked like state keys)."""
+    if route.reads is None:
+        return ()
+    try:
+        keys = tuple(route.reads(message))
+    except Exception as exc:
+        raise BadSignal(f"the reads function raised {exc!r}") from exc
+    for key in keys:
+        if not isinstance(key, str) or key.startswith(RESERVED_PREFIX):
+            raise BadSignal(f"the reads function named {key!r}: state keys are strings not "
+                            f"starting with {RESERVED_PREFIX!r}")
+        try:
+            check_key("state key", key)
+        except StateError as exc:
+            raise BadSignal(str(exc)) from exc
+    return keys

@@ -1,0 +1,123 @@
+"""Handling: step 5 of receiving a signal - its handler run against its partition.
+
+The handler (inside the endpoint's middleware) runs with the route's immediate retries, each
+attempt from fresh reads and an empty outbox, so a failed attempt leaves nothing behind. What
+it produced - the state changes and the outbox record - is returned for the commit; nothing
+is written here. A handler that keeps failing is redelivered after the route's retry delay
+(HandlerFailed) until the last delivery allowed, on which it is poisoned.
+"""
+
+from __future__ import annotations
+
+import random as _random
+import time
+from collections.abc import Callable, Sequence
+
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
+
+from bus.addressing import Addressing
+from bus.context import Context, PartitionState
+from bus.endpoint import Endpoint
+from bus.middleware import HandleNext, Middleware, handling_chain
+from bus.protocol.admission import Admitted
+from bus.protocol.delivery import HandlerFailed, Incoming
+from bus.protocol.inbox import Token
+from bus.protocol.outbox import ClaimLost, Outbox, Slot
+from bus.protocol.poisoning import Poisoning
+from bus.protocol.records import OutboxRecord, Release
+from bus.protocol.safeguards import Safeguards
+from bus.retry import Reject, RetryAfter, RetryPolicy, backoff
+from bus.storage import StorageError, TableOp, Tables
+
+
+class Handling:
+    """Runs the handlers of one endpoint."""
+
+    def __init__(self, *, endpoint: Endpoint, tables: Tables, state_table: str,
+                 addressing: Addressing, outbox: Outbox, poisoning: Poisoning,
+                 clock: Callable[[], float], max_delivery_count: int,
+                 safeguards: Safeguards, middleware: Sequence[Middleware] = (),
+                 sleep: Callable[[float], None] = time.sleep,
+                 random: Callable[[], float] = _random.random) -> None:
+        self.endpoint = endpoint.name
+        self._middleware = tuple(middleware)
+        self._chains: dict[str, HandleNext] = {
+            message_type: handling_chain(self._middleware, route.handler)
+            for message_type, route in endpoint.routes.items()}
+        self._tables = tables
+        self._state_table = state_table
+        self._addressing = addressing
+        self._outbox = outbox
+        self._poisoning = poisoning
+        self._clock = clock
+        self._max_delivery_count = max_delivery_count
+        self._safeguards = safeguards
+        self._sleep = sleep
+        self._random = random
+
+    def run(self, admitted: Admitted, slot: Slot, item: Incoming, token: Token | None,
+            ) -> tuple[list[TableOp], OutboxRecord] | None:
+        """The state changes and the outbox record to commit, or None when the message was
+        poisoned; raises HandlerFailed when it is to be retried."""
+        generation = token.generation if token is not None else 0
+        try:
+            operations, ctx = self._attempts(admitted, slot, item.dequeue_count, generation)
+            record = OutboxRecord(
+                endpoint=self.endpoint, message_id=admitted.envelope.message_id,
+                attempt_id=admitted.envelope.attempt_id,
+                payload_ref=admitted.envelope.payload_ref,
+                outgoing=ctx.outgoing, committed_at=self._clock(),
+                deferred_signal=item.body if ctx.deferred else None, generation=generation,
+                releases=tuple(Release(endpoint=e, message_id=m) for e, m in ctx.releases))
+            self._outbox.check_size(record)  # too big: the handler's fault, before any token
+            return operations, record
+        except (StorageError, ClaimLost):
+            raise  # infrastructure or a lost race, not the handler's fault
+        except Exception as exc:  # the handler's own failure, or what it asked for (too big)
+            if item.dequeue_count < self._max_delivery_count and not isinstance(exc, Reject):
+                delay = (exc.seconds if isinstance(exc, RetryAfter)
+                         else admitted.route.retry.delay_after(item.dequeue_count))
+                raise HandlerFailed(f"{admitted.route.contract.message_type} handler raised "
+                                    f"{exc!r}", delay) from exc
+            self._poisoning.failed(item.body, admitted.envelope, exc, item.dequeue_count,
+                                   item.ack)
+            return None
+
+    def _attempts(self, admitted: Admitted, slot: Slot, dequeue_count: int,
+                  generation: int) -> tuple[list[TableOp], Context]:
+        """The handler with the route's immediate retries: every attempt starts from fresh
+        reads and an empty outbox, so a failed attempt leaves nothing behind."""
+        policy = admitted.route.retry
+        retrying = Retrying(
+            stop=stop_after_attempt(policy.immediate),
+            wait=self._backoff(policy),
+            retry=retry_if_exception(_retried_at_once),
+            sleep=self._sleep, reraise=True)
+        handle = self._chains[admitted.envelope.message_type]
+        ctx = self._context(admitted, slot, dequeue_count, generation)
+        for attempt in retrying:
+            with attempt:
+                if self._safeguards.fresh_retry_state:  # off: the "dirty-retry" break
+                    ctx = self._context(admitted, slot, dequeue_count, generation)
+                handle(admitted.message, ctx)
+                operations = ctx.state.operations()
+        return operations, ctx
+
+    def _context(self, admitted: Admitted, slot: Slot, dequeue_count: int,
+                 generation: int) -> Context:
+        # The rows read with the claim are as of the slot's ETag, which the commit checks.
+        state = PartitionState(self._tables, self._state_table, admitted.partition, slot.rows)
+        return Context(self.endpoint, admitted.envelope, dequeue_count, state,
+                       self._addressing, [], _sending=self._middleware, deferrals=generation)
+
+    def _backoff(self, policy: RetryPolicy) -> Callable[[RetryCallState], float]:
+        return backoff(policy.backoff_initial, policy.backoff_max, self._random)
+
+
+def _retried_at_once(exc: BaseException) -> bool:
+    """Whether a handler attempt that raised ``exc`` gets an immediate retry: a failure of
+    the handler's own (not storage, not a lost claim, not a request to wait or to give up),
+    and never a BaseException - tenacity catches those too, and a KeyboardInterrupt or a
+    SystemExit must stop the worker, not run the handler again."""
+    return isinstance(exc, Exception) and not isinstance(
+        exc, (StorageError, ClaimLost, RetryAfter, Reject))

@@ -1,0 +1,98 @@
+"""Poisoning a signal: a poison-queue entry with the reason, and its token parked.
+
+Three reasons, one rule each: the signal cannot be processed as it is (``bad``: it does not
+decode, is not for this endpoint, its payload is gone, its message does not validate), its
+handler failed on the last delivery allowed or rejected it (``failed``), or storage failed
+on every delivery its host allows (``give_up``). Parking the token (``bus.protocol.inbox``)
+is what lets the dead-letter tools replay the entry exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from bus.envelope import BadSignal, Envelope, decode_signal
+from bus.protocol.delivery import Outcome, dropped, no_ack
+from bus.protocol.inbox import Inbox, Token
+from bus.protocol.poison import PoisonQueue
+from bus.protocol.verdict import Verdict, verdict
+from bus.retry import Reject
+from bus.storage import StorageError
+
+log = logging.getLogger(__name__)
+
+
+class Poisoning:
+    """Poisons the signals of one endpoint."""
+
+    def __init__(self, *, endpoint: str, inbox: Inbox, poison: PoisonQueue,
+                 clock: Callable[[], float]) -> None:
+        self.endpoint = endpoint
+        self._inbox = inbox
+        self._poison = poison
+        self._clock = clock
+
+    def bad(self, body: str, envelope: Envelope | None, reason: str, dequeue_count: int,
+            ack: Callable[[], None]) -> Outcome:
+        """A signal that cannot be processed as it is (``envelope`` None: not even decoded)."""
+        token = None
+        if envelope is not None:
+            token = self._inbox.read(self.endpoint, envelope.attempt_id)
+            found = verdict(token)
+            # No token poisons all the same: a foreign or broken signal may never have had one.
+            if found not in (Verdict.PROCESS, Verdict.CONSUMED):
+                ack()  # parked already, fenced (never really sent) or deferred
+                return dropped(found)
+        self._poison.put(body, reason=reason, dequeue_count=dequeue_count, now=self._clock(),
+                         envelope=envelope)
+        self._park(token)
+        ack()
+        log.warning("poisoned a signal at %s: %s", self.endpoint, reason)
+        return Outcome.POISONED
+
+    def failed(self, body: str, envelope: Envelope, exc: Exception, dequeue_count: int,
+               ack: Callable[[], None]) -> Outcome:
+        """A handler that raised on the last delivery allowed, or rejected the message."""
+        reason = (f"rejected: {exc}" if isinstance(exc, Reject)
+                  else f"handler failed {dequeue_count} times (max delivery count)")
+        self._poison.put(body, reason=reason, dequeue_count=dequeue_count, now=self._clock(),
+                         envelope=envelope, exception=f"{type(exc).__name__}: {exc}")
+        self._park(self._inbox.read(self.endpoint, envelope.attempt_id))
+        ack()
+        log.warning("poisoned %s at %s: %s", envelope.message_id, self.endpoint, reason)
+        return Outcome.POISONED
+
+    def give_up(self, body: str, deliveries: int, cause: StorageError) -> Outcome:
+        """Poison a signal (its body as on the queue) after storage errors on each of its
+        ``deliveries`` deliveries, ``cause`` the last: no more are allowed
+        (``bus.hosting.settlement``). Same poison queue and token parking as a failing
+        handler, so the dead-letter tools list and replay it - unless its token says there
+        is nothing to poison: gone (a delivery processed it and the error came after),
+        parked (poisoned already), fenced or deferred. Raises a StorageError when poisoning
+        fails too.
+
+        A message committed by one of those deliveries whose completion kept failing is
+        poisoned as well (its token is still live): the partition's next message completes
+        the record and consumes the token, after which the entry reads as stale and a replay
+        removes it; a replay before that completes the record itself. Exactly once either way.
+        """
+        try:
+            envelope = decode_signal(body)
+        except BadSignal as exc:  # its poisoning met the errors
+            return self.bad(body, None, str(exc), deliveries, no_ack)
+        token = self._inbox.read(self.endpoint, envelope.attempt_id)
+        found = verdict(token)
+        if found is not Verdict.PROCESS:
+            return dropped(found)
+        reason = f"storage errors on {deliveries} deliveries (max delivery count)"
+        self._poison.put(body, reason=reason, dequeue_count=deliveries, now=self._clock(),
+                         envelope=envelope, exception=f"{type(cause).__name__}: {cause}")
+        self._park(token)
+        log.warning("poisoned %s at %s: %s, the last %s", envelope.message_id, self.endpoint,
+                    reason, cause)
+        return Outcome.POISONED
+
+    def _park(self, token: Token | None) -> None:
+        if token is not None and verdict(token) is Verdict.PROCESS:
+            self._inbox.park(token, self._clock())
