@@ -16,6 +16,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from bus.versions import ENVELOPE, UnreadableVersion
+
 # A queue message holds 64 KiB of text; base64 turns 3 bytes into 4 characters.
 MAX_SIGNAL_BYTES = 49_152
 ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"
@@ -37,6 +39,8 @@ class Envelope(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     bus: Literal[1] = 1
+    """The envelope's version (``bus.versions``: the one written; older ones are upgraded on
+    reading, newer ones poisoned with the reason)."""
     message_id: str = Field(pattern=ID_PATTERN)
     attempt_id: str = Field(pattern=ID_PATTERN)
     kind: Literal["command", "event"]
@@ -198,7 +202,9 @@ def parse_envelope(raw: bytes) -> Envelope:
     if not isinstance(document, dict):
         raise BadSignal("body is JSON but not an object")
     try:
-        return Envelope.model_validate(document)
+        return Envelope.model_validate(ENVELOPE.read(document))
+    except UnreadableVersion as exc:
+        raise BadSignal(str(exc)) from exc
     except ValidationError as exc:
         raise BadSignal(f"envelope is invalid: {_summary(exc)}") from exc
 

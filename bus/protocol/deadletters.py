@@ -42,6 +42,7 @@ from bus.protocol.payloads import Payloads
 from bus.protocol.poison import PoisonEntry
 from bus.protocol.verdict import Verdict, verdict
 from bus.storage import NotFound, QueueMessage, Queues, StorageError
+from bus.versions import UnreadableVersion
 
 _PAGE = 32  # the most messages one receive returns
 _PEEK_LEASE = 60.0  # entries are leased this long while they are read, then released
@@ -166,6 +167,8 @@ class DeadLetters:
     def _entry(self, message: QueueMessage) -> PoisonEntry:
         try:
             return PoisonEntry.decode(message.body)
+        except UnreadableVersion as exc:  # an entry a newer bus wrote: shown, not guessed at
+            return self._unknown(message, f"a poison entry this bus cannot read: {exc}", None)
         except (ValueError, binascii.Error):
             pass
         # Not ours: a signal the host moved here unchanged after maxDequeueCount deliveries.
@@ -173,9 +176,15 @@ class DeadLetters:
             envelope: Envelope | None = decode_signal(message.body)
         except BadSignal:
             envelope = None
+        return self._unknown(
+            message, "moved to the poison queue by the host after its maximum dequeue count",
+            envelope)
+
+    def _unknown(self, message: QueueMessage, reason: str,
+                 envelope: Envelope | None) -> PoisonEntry:
+        """An entry for a poison-queue message the bus did not write (or cannot read)."""
         return PoisonEntry(
-            reason="moved to the poison queue by the host after its maximum dequeue count",
-            dequeue_count=message.dequeue_count, endpoint=self.endpoint,
+            reason=reason, dequeue_count=message.dequeue_count, endpoint=self.endpoint,
             poisoned_at=datetime.fromtimestamp(self._clock(), tz=timezone.utc),
             original_body=message.body, envelope=envelope)
 

@@ -11,6 +11,8 @@ the partition's next commit replaces it (see ``dispatch``).
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -25,6 +27,9 @@ from bus.storage import (
     TableOp,
     Tables,
 )
+from bus.versions import OUTBOX_RECORD
+
+log = logging.getLogger(__name__)
 
 SLOT_ROW = "~bus.outbox"
 RESERVED_PREFIX = "~"
@@ -44,6 +49,12 @@ class ClaimLost(Exception):
 
 class RecordTooLarge(ValueError):
     """A handler produced more outgoing data than one outbox record can hold."""
+
+
+class UnreadableRecord(ValueError):
+    """An outbox slot holds a record this bus cannot read (a newer version, or damaged):
+    nothing may be committed over it, since it may still have messages to send. The message
+    says which partition and why; the partition's messages are poisoned with it meanwhile."""
 
 
 @dataclass(frozen=True)
@@ -84,10 +95,18 @@ class Outbox:
 
     def pending(self) -> list[Slot]:
         """Every slot of the table that holds a record, finished or not (a table scan:
-        maintenance only)."""
-        rows = self._tables.query(self._table, row_key=SLOT_ROW)
-        slots = [Slot(row.partition_key, _decode(row), row.etag) for row in rows]
-        return [slot for slot in slots if slot.record is not None]
+        maintenance only). A record this bus cannot read is left where it is, with a
+        warning: the messages of its partition are poisoned with the reason meanwhile."""
+        slots: list[Slot] = []
+        for row in self._tables.query(self._table, row_key=SLOT_ROW):
+            try:
+                record = _decode(row)
+            except UnreadableRecord as exc:
+                log.warning("%s: %s", self._table, exc)
+                continue
+            if record is not None:
+                slots.append(Slot(row.partition_key, record, row.etag))
+        return slots
 
     def commit(self, slot: Slot, state_ops: Sequence[TableOp], record: OutboxRecord,
                *, cas: bool = True) -> Slot:
@@ -156,9 +175,19 @@ def _encode(partition: str, record: OutboxRecord | None) -> Entity:
 
 
 def _decode(row: Entity) -> OutboxRecord | None:
+    """The record a slot row holds (None: an empty slot), or UnreadableRecord."""
     count = row.properties.get("chunks", 0)
     if not count:
         return None
-    assert isinstance(count, int)
-    text = "".join(str(row.properties[f"r{i}"]) for i in range(count))
-    return OutboxRecord.model_validate_json(text)
+    try:
+        if not isinstance(count, int) or count < 0:
+            raise ValueError(f"chunk count {count!r}")
+        text = "".join(str(row.properties[f"r{i}"]) for i in range(count))
+        document = json.loads(text)
+        if not isinstance(document, dict):
+            raise ValueError("not a JSON object")
+        return OutboxRecord.model_validate(OUTBOX_RECORD.read(document))
+    except (KeyError, ValueError) as exc:  # JSON, validation and version errors included
+        raise UnreadableRecord(
+            f"the outbox slot of partition {row.partition_key!r} holds a record this bus "
+            f"cannot read ({str(exc).splitlines()[0]})") from exc

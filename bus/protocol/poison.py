@@ -10,16 +10,20 @@ from __future__ import annotations
 import base64
 import json
 from datetime import datetime, timezone
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from bus.envelope import Envelope
 from bus.storage import Queues
+from bus.versions import POISON_ENTRY
 
 
 class PoisonEntry(BaseModel):
     model_config = ConfigDict(frozen=True)
 
+    v: Literal[1] = 1
+    """The entry's version (``bus.versions.POISON_ENTRY``)."""
     reason: str
     exception: str | None = None
     dequeue_count: int
@@ -33,7 +37,10 @@ class PoisonEntry(BaseModel):
 
     @classmethod
     def decode(cls, body: str) -> PoisonEntry:
-        return cls.model_validate(json.loads(base64.b64decode(body)))
+        document = json.loads(base64.b64decode(body))
+        if not isinstance(document, dict):
+            raise ValueError("a poison entry is a JSON object")
+        return cls.model_validate(POISON_ENTRY.read(document))
 
 
 class PoisonQueue:

@@ -47,7 +47,7 @@ from bus.protocol.delivery import (
 from bus.protocol.dispatch import Dispatcher
 from bus.protocol.handling import Handling
 from bus.protocol.inbox import Inbox, Token, finished
-from bus.protocol.outbox import ClaimLost, Outbox, Slot
+from bus.protocol.outbox import ClaimLost, Outbox, Slot, UnreadableRecord
 from bus.protocol.payloads import Payloads
 from bus.protocol.poisoning import Poisoning
 from bus.protocol.records import OutboxRecord, Phase
@@ -229,9 +229,20 @@ class Receiver:
         for claim in turn:
             try:
                 loaded.append((claim, self._slot(claim.decoded)))
+            except UnreadableRecord as exc:
+                results[claim.index] = self._unreadable(claim, exc)
             except Exception as exc:
                 results[claim.index] = exc
         return loaded
+
+    def _unreadable(self, claim: _Claim, problem: UnreadableRecord) -> Delivery | Exception:
+        """Poison a message whose partition's slot cannot be read (replayable once it can)."""
+        item = claim.item
+        try:
+            return Delivery(self.poisoning.bad(item.body, claim.decoded.envelope, str(problem),
+                                               item.dequeue_count, item.ack))
+        except Exception as exc:
+            return exc
 
     def _read_tokens(self, loaded: list[tuple[_Claim, Slot]],
                      results: dict[int, Delivery | Exception]) -> dict[str, Token]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -43,6 +44,8 @@ class OutboxRecord(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
+    v: Literal[1] = 1
+    """The record's version (``bus.versions.OUTBOX_RECORD``)."""
     endpoint: str
     message_id: str
     attempt_id: str
