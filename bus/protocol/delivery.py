@@ -10,6 +10,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from bus.protocol.records import RecordKey
 from bus.protocol.verdict import Verdict
 
 
@@ -57,13 +58,12 @@ class Incoming:
 class Handoff:
     """A committed outbox record left for someone else to dispatch (a Durable orchestration).
 
-    Identifies the record by its slot and incoming message: whoever drives it later checks
-    that the slot still holds this message before doing anything.
+    Identifies the record by its slot and the incoming copy it was committed for: whoever
+    drives it later checks that the slot still holds this very record before doing anything.
     """
 
     endpoint: str
-    partition: str
-    message_id: str
+    key: RecordKey
     copies: int
 
 

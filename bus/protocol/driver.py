@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 from bus.protocol.dispatch import Dispatcher
 from bus.protocol.outbox import ClaimLost, Outbox, Slot
-from bus.protocol.records import Phase
+from bus.protocol.records import Phase, RecordKey
 from bus.storage import StorageError
 
 _ROUNDS = 10
@@ -33,10 +33,10 @@ class OutboxDriver:
         self._dispatcher = dispatcher
         self._clock = clock
 
-    def prepare(self, partition: str, message_id: str) -> int | None:
+    def prepare(self, key: RecordKey) -> int | None:
         """Place every token; returns how many copies to signal, None when already finished."""
         for _ in range(_ROUNDS):
-            slot = self._load(partition, message_id)
+            slot = self._load(key)
             if slot is None or self._finished(slot):
                 return None
             try:
@@ -47,21 +47,21 @@ class OutboxDriver:
                 continue
             assert slot.record is not None
             return len(slot.record.outgoing)
-        raise DriverContention(f"outbox slot {partition!r} kept changing")
+        raise DriverContention(f"outbox slot {key.partition!r} kept changing")
 
-    def signal(self, partition: str, message_id: str, indexes: Sequence[int]) -> int:
+    def signal(self, key: RecordKey, indexes: Sequence[int]) -> int:
         """Send the chosen copies; returns how many were sent (0 when already finished)."""
-        slot = self._load(partition, message_id)
+        slot = self._load(key)
         if slot is None or slot.record is None or slot.record.phase is not Phase.SENDING:
             return 0
         chosen = [i for i in indexes if 0 <= i < len(slot.record.outgoing)]
         self._dispatcher.signal(slot.record, chosen)
         return len(chosen)
 
-    def finish(self, partition: str, message_id: str) -> bool:
+    def finish(self, key: RecordKey) -> bool:
         """Fence, consume the incoming token. False: someone else finished the record."""
         for _ in range(_ROUNDS):
-            slot = self._load(partition, message_id)
+            slot = self._load(key)
             if slot is None or self._finished(slot):
                 return False
             try:
@@ -72,7 +72,7 @@ class OutboxDriver:
             except ClaimLost:
                 continue
             return True
-        raise DriverContention(f"outbox slot {partition!r} kept changing")
+        raise DriverContention(f"outbox slot {key.partition!r} kept changing")
 
     def recover(self, older_than: float) -> int:
         """Finish every unfinished record committed more than ``older_than`` seconds ago;
@@ -100,8 +100,8 @@ class OutboxDriver:
         record = slot.record
         return record is not None and record.phase is Phase.COMMITTED and bool(record.outgoing)
 
-    def _load(self, partition: str, message_id: str) -> Slot | None:
-        slot = self._outbox.load(partition)
-        if slot.record is None or slot.record.message_id != message_id:
+    def _load(self, key: RecordKey) -> Slot | None:
+        slot = self._outbox.load(key.partition)
+        if slot.record is None or not key.names(slot.record):
             return None
         return slot

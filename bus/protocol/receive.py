@@ -50,7 +50,7 @@ from bus.protocol.inbox import Inbox, Token, finished
 from bus.protocol.outbox import ClaimLost, Outbox, Slot, UnreadableRecord
 from bus.protocol.payloads import Payloads
 from bus.protocol.poisoning import Poisoning
-from bus.protocol.records import OutboxRecord, Phase
+from bus.protocol.records import OutboxRecord, Phase, RecordKey
 from bus.protocol.safeguards import Safeguards
 from bus.protocol.slotcache import SlotCache
 from bus.protocol.verdict import Verdict, verdict
@@ -352,8 +352,10 @@ class Receiver:
         assert slot.record is not None
         if self._inline(slot.record, inline_max):
             return None
-        return Handoff(self.endpoint, d.partition, d.envelope.message_id,
-                       len(slot.record.outgoing))
+        record = slot.record
+        return Handoff(self.endpoint, RecordKey(d.partition, record.message_id,
+                                                record.attempt_id, record.generation),
+                       len(record.outgoing))
 
     @staticmethod
     def _inline(record: OutboxRecord, inline_max: int | None) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -32,6 +33,26 @@ class Release(BaseModel):
     model_config = ConfigDict(frozen=True)
     endpoint: str
     message_id: str
+
+
+@dataclass(frozen=True)
+class RecordKey:
+    """Which committed record a step started elsewhere acts on (the Durable orchestration's):
+    its partition and the incoming copy it was committed for. A message id alone does not name
+    a record: it can come back to the same slot (a client sending an explicit id again, a
+    released deferral processed again), each time with a new record."""
+
+    partition: str
+    message_id: str
+    attempt_id: str | None
+    """None only in jobs started before records were named this way: message id alone."""
+    generation: int = 0
+
+    def names(self, record: OutboxRecord) -> bool:
+        if self.attempt_id is None:
+            return record.message_id == self.message_id
+        return ((record.message_id, record.attempt_id, record.generation)
+                == (self.message_id, self.attempt_id, self.generation))
 
 
 class OutboxRecord(BaseModel):

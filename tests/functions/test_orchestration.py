@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from bus.hosting.functions.app import job_for
 from bus.hosting.functions.trigger import QueueTrigger
 from bus.protocol.delivery import Outcome
 from devhost import bindings
@@ -71,7 +72,7 @@ def test_outbox_orchestration_replays_and_survives_repeated_activities(
     runtime = DurableRuntime(app, worker, Connection("AzureWebJobsStorage", azurite_connection),
                              f"h{prefix}")
     runtime.provision()
-    job = {"endpoint": "orders", "partition": "r1", "message_id": delivery.handoff.message_id}
+    job = dict(job_for(delivery.handoff))
     # An activity runs at least once: run the whole fan-out by hand first, twice over.
     steps = ["bus_outbox_prepare", "bus_outbox_prepare", "bus_outbox_signal",
              "bus_outbox_signal", "bus_outbox_finish", "bus_outbox_finish",

@@ -26,6 +26,7 @@ from bus.hosting.functions.config import AppConfig
 from bus.hosting.functions.trigger import QueueTrigger
 from bus.messages import Message
 from bus.protocol.delivery import Handoff
+from bus.protocol.records import RecordKey
 from bus.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,25 @@ class OutboxJob(TypedDict, total=False):
     endpoint: str
     partition: str
     message_id: str
+    attempt_id: str
+    """The incoming copy the record was committed for (absent in jobs started before it was
+    carried: such a job names its record by message id alone)."""
+    generation: int
     indexes: list[int]
+
+
+def job_for(handoff: Handoff) -> OutboxJob:
+    """The orchestration's input for ``handoff``'s record."""
+    key = handoff.key
+    return {"endpoint": handoff.endpoint, "partition": key.partition,
+            "message_id": key.message_id, "attempt_id": key.attempt_id or "",
+            "generation": key.generation}
+
+
+def record_key(job: OutboxJob) -> RecordKey:
+    """Which record an activity acts on."""
+    return RecordKey(job["partition"], job["message_id"], job.get("attempt_id") or None,
+                     job.get("generation", 0))
 
 
 def trigger_function_name(endpoint: str) -> str:
@@ -61,9 +80,12 @@ def trigger_function_name(endpoint: str) -> str:
 
 def instance_id(handoff: Handoff) -> str:
     """The orchestration instance id of one committed record: deterministic, so a redelivery
-    that hands the same record off again finds the running instance."""
-    key = f"{handoff.endpoint}\n{handoff.partition}\n{handoff.message_id}"
-    return f"bus-{uuid.uuid5(_INSTANCE_NAMESPACE, key)}"
+    that hands the same record off again finds the running instance - and a later record of
+    the same message id in the same slot gets an instance of its own."""
+    key = handoff.key
+    name = (f"{handoff.endpoint}\n{key.partition}\n{key.message_id}\n{key.attempt_id}\n"
+            f"{key.generation}")
+    return f"bus-{uuid.uuid5(_INSTANCE_NAMESPACE, name)}"
 
 
 class BusFunctions(df.Blueprint):  # type: ignore[misc]
@@ -132,15 +154,13 @@ class BusFunctions(df.Blueprint):  # type: ignore[misc]
             return "dispatched" if finished else "finished elsewhere"
 
         def bus_outbox_prepare(job: OutboxJob) -> int | None:
-            return bus.outbox_driver(job["endpoint"]).prepare(job["partition"],
-                                                              job["message_id"])
+            return bus.outbox_driver(job["endpoint"]).prepare(record_key(job))
 
         def bus_outbox_signal(job: OutboxJob) -> int:
-            return bus.outbox_driver(job["endpoint"]).signal(job["partition"], job["message_id"],
-                                                             job["indexes"])
+            return bus.outbox_driver(job["endpoint"]).signal(record_key(job), job["indexes"])
 
         def bus_outbox_finish(job: OutboxJob) -> bool:
-            return bus.outbox_driver(job["endpoint"]).finish(job["partition"], job["message_id"])
+            return bus.outbox_driver(job["endpoint"]).finish(record_key(job))
 
         self.orchestration_trigger(context_name="context", orchestration=ORCHESTRATOR)(
             bus_outbox)
@@ -171,8 +191,7 @@ async def start_dispatch(client: df.DurableOrchestrationClient, handoff: Handoff
     inline - it is still in the slot.
     """
     instance = instance_id(handoff)
-    job = {"endpoint": handoff.endpoint, "partition": handoff.partition,
-           "message_id": handoff.message_id}
+    job = job_for(handoff)
     try:
         await client.start_new(ORCHESTRATOR, instance, job)
     except Exception:
