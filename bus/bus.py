@@ -288,7 +288,8 @@ class Bus:
         handling = Handling(
             endpoint=endpoint, tables=self.storage.tables,
             state_table=self.names.state_table(endpoint.name),
-            addressing=self.addressing(endpoint.name), outbox=outbox, poisoning=poisoning,
+            addressing=self.addressing(endpoint.name), inbox=self.inbox, outbox=outbox,
+            poisoning=poisoning,
             clock=self.clock, max_delivery_count=self.settings.max_delivery_count,
             safeguards=self.safeguards, middleware=(*self.middleware, *endpoint.middleware),
             sleep=self._sleep, random=self._random)

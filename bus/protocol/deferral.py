@@ -27,7 +27,10 @@ How it stays exactly-once:
    generation, so nobody mistakes it for unfinished work; the message is processed once, by
    its handler, in its own partition - which may defer it again.
 3. Releases are idempotent: a repeated release finds the token live (and sends the signal
-   again, which deduplicates) or gone (processed: nothing to do).
+   again, which deduplicates) or gone (processed: nothing to do). A handler's release request
+   names the deferral it saw (the token's generation when the handler ran, ``seen``), so a
+   completer that repeats the request after the message was released and deferred again does
+   not release the later deferral.
 
 Deferred messages have no expiry; their claim-check payloads are kept while they wait.
 """
@@ -38,7 +41,7 @@ from dataclasses import dataclass
 
 from bus.envelope import Envelope, decode_signal
 from bus.protocol.courier import Courier
-from bus.protocol.inbox import Token, TokenState, finished
+from bus.protocol.inbox import Inbox, Token, TokenState, finished
 from bus.protocol.records import OutboxRecord
 from bus.storage import StorageError
 
@@ -90,13 +93,17 @@ class Deferrals:
         return release(self._courier, self.endpoint, message_id)
 
 
-def release(courier: Courier, endpoint: str, message_id: str) -> bool:
-    """Release a deferred message (idempotent; see the module docstring)."""
+def release(courier: Courier, endpoint: str, message_id: str,
+            generation: int | None = None) -> bool:
+    """Release a deferred message (idempotent; see the module docstring) - only its deferral
+    of ``generation`` when one is named."""
     for _ in range(_ROUNDS):
         token = courier.inbox.find(endpoint, message_id)
         if token is None:
             return False
         if token.state is TokenState.DEFERRED:
+            if generation is not None and token.generation != generation:
+                return False  # a later deferral: released and deferred again since
             released = courier.inbox.release(token, courier.now())
             if released is None:
                 continue  # changed meanwhile: look again
@@ -106,6 +113,13 @@ def release(courier: Courier, endpoint: str, message_id: str) -> bool:
             return True
         return False
     raise DeferralContention(f"the token of {message_id} at {endpoint} kept changing")
+
+
+def seen(inbox: Inbox, endpoint: str, message_id: str) -> int:
+    """The generation of the deferral a release request made now is for: the message's token
+    as the index finds it (two reads), 0 when it was never deferred."""
+    token = inbox.find(endpoint, message_id)
+    return token.generation if token is not None else 0
 
 
 def set_aside(courier: Courier, record: OutboxRecord) -> None:

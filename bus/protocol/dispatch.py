@@ -221,7 +221,7 @@ class Dispatcher:
     def release_requested(self, record: OutboxRecord) -> None:
         """The deferred messages the handler released (idempotent: safe to repeat)."""
         for wanted in record.releases:
-            release(self._courier, wanted.endpoint, wanted.message_id)
+            release(self._courier, wanted.endpoint, wanted.message_id, wanted.generation)
 
     def fence_superseded(self, record: OutboxRecord) -> None:
         """Step 5: tombstones for the attempt ids step 1 replaced (none were signalled)."""

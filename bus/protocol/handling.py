@@ -20,8 +20,9 @@ from bus.context import Context, PartitionState
 from bus.endpoint import Endpoint
 from bus.middleware import HandleNext, Middleware, handling_chain
 from bus.protocol.admission import Admitted
+from bus.protocol.deferral import seen
 from bus.protocol.delivery import HandlerFailed, Incoming
-from bus.protocol.inbox import Token
+from bus.protocol.inbox import Inbox, Token
 from bus.protocol.outbox import ClaimLost, Outbox, Slot
 from bus.protocol.poisoning import Poisoning
 from bus.protocol.records import OutboxRecord, Release
@@ -34,7 +35,7 @@ class Handling:
     """Runs the handlers of one endpoint."""
 
     def __init__(self, *, endpoint: Endpoint, tables: Tables, state_table: str,
-                 addressing: Addressing, outbox: Outbox, poisoning: Poisoning,
+                 addressing: Addressing, inbox: Inbox, outbox: Outbox, poisoning: Poisoning,
                  clock: Callable[[], float], max_delivery_count: int,
                  safeguards: Safeguards, middleware: Sequence[Middleware] = (),
                  sleep: Callable[[float], None] = time.sleep,
@@ -47,6 +48,7 @@ class Handling:
         self._tables = tables
         self._state_table = state_table
         self._addressing = addressing
+        self._inbox = inbox
         self._outbox = outbox
         self._poisoning = poisoning
         self._clock = clock
@@ -68,7 +70,7 @@ class Handling:
                 payload_ref=admitted.envelope.payload_ref,
                 outgoing=ctx.outgoing, committed_at=self._clock(),
                 deferred_signal=item.body if ctx.deferred else None, generation=generation,
-                releases=tuple(Release(endpoint=e, message_id=m) for e, m in ctx.releases))
+                releases=self._releases(ctx))
             self._outbox.check_size(record)  # too big: the handler's fault, before any token
             return operations, record
         except (StorageError, ClaimLost):
@@ -82,6 +84,11 @@ class Handling:
             self._poisoning.failed(item.body, admitted.envelope, exc, item.dequeue_count,
                                    item.ack)
             return None
+
+    def _releases(self, ctx: Context) -> tuple[Release, ...]:
+        """The handler's release requests, each naming the deferral it is for."""
+        return tuple(Release(endpoint=e, message_id=m, generation=seen(self._inbox, e, m))
+                     for e, m in ctx.releases)
 
     def _attempts(self, admitted: Admitted, slot: Slot, dequeue_count: int,
                   generation: int) -> tuple[list[TableOp], Context]:

@@ -33,6 +33,11 @@ class Release(BaseModel):
     model_config = ConfigDict(frozen=True)
     endpoint: str
     message_id: str
+    generation: int | None = None
+    """The generation of the message's token when the handler ran (0 when there was no
+    token to see yet): the deferral the request is for. A deferral of a later generation
+    (released and deferred again since) is not this request's to release. None in records
+    written before requests named their deferral."""
 
 
 @dataclass(frozen=True)
