@@ -44,7 +44,7 @@ class Courier:
         """
         with self._in_flight:
             self.inbox.create(envelope.destination, envelope.attempt_id, envelope.message_id,
-                              self._clock())
+                              self._clock(), _due(envelope))
             if not fits_signal(envelope):
                 self.payloads.put(self.payloads.ref(envelope.destination, envelope.attempt_id),
                                   envelope.inline_payload())
@@ -65,7 +65,8 @@ class Courier:
                 created = self.inbox.create_many(
                     destination,
                     [(envelopes[i].attempt_id, envelopes[i].message_id) for i in indexes], now,
-                    [origins[i] for i in indexes] if origins is not None else None)
+                    [origins[i] for i in indexes] if origins is not None else None,
+                    [_due(envelopes[i]) for i in indexes])
                 for index, etag in zip(indexes, created, strict=True):
                     etags[index] = etag
             for envelope in envelopes:
@@ -166,3 +167,8 @@ def due_in(envelope: Envelope, now: float) -> float:
     if envelope.not_before is None:
         return 0.0
     return max(0.0, min(envelope.not_before.timestamp() - now, MAX_VISIBILITY_DELAY))
+
+
+def _due(envelope: Envelope) -> float | None:
+    """When a scheduled copy's signal becomes visible, kept on its token (``sweeper``)."""
+    return envelope.not_before.timestamp() if envelope.not_before is not None else None

@@ -14,7 +14,9 @@ A token row is one of these:
                  can move on, which is what lets the sweeper tell orphans apart (``sweeper``);
 * ``fenced``   - a tombstone for an attempt id that was superseded: it will never be signalled,
                  and a delayed ("ghost") create of it now fails with 409 instead of resurrecting it;
-* ``parked``   - the message went to the poison queue; kept for the dead-letter tools;
+* ``parked``   - the message went to the poison queue; kept for the dead-letter tools. A token
+                 the sweeper parked because no signal had come for it is marked ``orphan``:
+                 if its signal arrives after all, the copy is processed;
 * ``deferred`` - a handler set the message aside (``Context.defer``): no copy of it is
                  processed until someone releases it (``bus.protocol.deferral``). The row keeps
                  the signal to send again, and an index row ``~deferred~<message id>`` in the
@@ -79,12 +81,19 @@ class Token:
     generation: int = 0  # releases from deferral so far
     signal: str | None = None  # the signal body, kept while deferred (and after a release)
     origin: Origin | None = None  # pending tokens only
+    due: float | None = None
+    """When a scheduled message's signal becomes visible (epoch seconds); None: at once."""
+    orphan: bool = False
+    """Parked by the sweeper because no signal had come for it (``sweeper``): presumed an
+    orphan, which its signal disproves by arriving - the copy is then processed."""
 
     @property
     def processable(self) -> bool:
         """Whether a copy of the message may be processed (live, or pending: a signal exists
-        only once the record that lists the token is committed)."""
-        return self.state in (TokenState.LIVE, TokenState.PENDING)
+        only once the record that lists the token is committed; or parked as a presumed
+        orphan: a copy arriving disproves it)."""
+        return self.state in (TokenState.LIVE, TokenState.PENDING) or (
+            self.state is TokenState.PARKED and self.orphan)
 
 
 class Inbox:
@@ -92,18 +101,23 @@ class Inbox:
         self._tables = tables
         self._table = table
 
-    def create(self, endpoint: str, attempt_id: str, message_id: str, now: float) -> None:
-        """Create a live token. Attempt ids are fresh, so a 409 means our own earlier request
-        took effect (its response was lost) - or the attempt was fenced, which the caller's
-        next compare-and-swap on its outbox slot detects."""
-        entity = _entity(Token(endpoint, attempt_id, TokenState.LIVE, message_id, now, ""))
+    def create(self, endpoint: str, attempt_id: str, message_id: str, now: float,
+               due: float | None = None) -> None:
+        """Create a live token (``due``: when its signal becomes visible, for a scheduled
+        message). Attempt ids are fresh, so a 409 means our own earlier request took effect
+        (its response was lost) - or the attempt was fenced, which the caller's next
+        compare-and-swap on its outbox slot detects."""
+        entity = _entity(Token(endpoint, attempt_id, TokenState.LIVE, message_id, now, "",
+                               due=due))
         with contextlib.suppress(Conflict):
             self._tables.insert(self._table, entity)
 
     def create_many(self, endpoint: str, tokens: Sequence[tuple[str, str]], now: float,
-                    origins: Sequence[Origin] | None = None) -> list[str]:
+                    origins: Sequence[Origin] | None = None,
+                    dues: Sequence[float | None] | None = None) -> list[str]:
         """Create tokens ``(attempt id, message id)`` of one endpoint, 100 per request; live,
-        or pending when ``origins`` (one per token) are given. Returns their ETags.
+        or pending when ``origins`` (one per token) are given; ``dues`` as for ``create``.
+        Returns their ETags.
 
         Only for fresh attempt ids nobody else knows yet (a committer's own). Any error leaves
         the outcome unknown: the caller must not use these attempt ids again (it completes its
@@ -113,7 +127,8 @@ class Inbox:
         for start in range(0, len(tokens), _BATCH):
             ops = [TableOp("insert", _entity(Token(
                 endpoint, attempt_id, TokenState.PENDING if origins else TokenState.LIVE,
-                message_id, now, "", origin=origins[start + i] if origins else None)))
+                message_id, now, "", origin=origins[start + i] if origins else None,
+                due=dues[start + i] if dues else None)))
                 for i, (attempt_id, message_id) in enumerate(tokens[start:start + _BATCH])]
             etags.extend(self._tables.transact(self._table, ops))
         return etags
@@ -168,13 +183,14 @@ class Inbox:
         self._tables.replace(self._table, _entity(
             Token(endpoint, attempt_id, TokenState.FENCED, message_id, now, "")))
 
-    def park(self, token: Token, now: float) -> bool:
-        """Mark a live token as poisoned; False if it changed meanwhile (consumed, fenced)."""
-        return self._move(token, TokenState.PARKED, now)
+    def park(self, token: Token, now: float, *, orphan: bool = False) -> bool:
+        """Mark a live token as poisoned (``orphan``: presumed so by the sweeper); False if it
+        changed meanwhile (consumed, fenced)."""
+        return self._move(replace(token, orphan=orphan), TokenState.PARKED, now)
 
     def unpark(self, token: Token, now: float) -> bool:
         """Make a parked token live again (a dead-letter replay); False if it changed."""
-        return self._move(token, TokenState.LIVE, now)
+        return self._move(replace(token, orphan=False), TokenState.LIVE, now)
 
     def defer(self, token: Token, signal: str, now: float) -> bool:
         """Set a live token aside with the signal to send when it is released, and index it by
@@ -266,10 +282,13 @@ def _token(row: Entity) -> Token:
               if isinstance(chunks, int) and chunks else None)
     origin = (Origin(str(props["origin_endpoint"]), str(props["origin_partition"]),
                      str(props["origin_attempt"])) if "origin_endpoint" in props else None)
+    due = props.get("due")
     return Token(row.partition_key, row.row_key, TokenState(str(props["state"])),
                  str(props.get("message_id", "")),
                  float(since) if isinstance(since, (int, float)) else 0.0, row.etag,
-                 generation if isinstance(generation, int) else 0, signal, origin)
+                 generation if isinstance(generation, int) else 0, signal, origin,
+                 float(due) if isinstance(due, (int, float)) else None,
+                 props.get("orphan") is True)
 
 
 def _entity(token: Token) -> Entity:
@@ -281,6 +300,10 @@ def _entity(token: Token) -> Entity:
         chunks = [token.signal[i:i + _CHUNK] for i in range(0, len(token.signal), _CHUNK)]
         properties["signal_chunks"] = len(chunks)
         properties.update({f"s{i}": chunk for i, chunk in enumerate(chunks)})
+    if token.due is not None:
+        properties["due"] = token.due
+    if token.orphan and token.state is TokenState.PARKED:
+        properties["orphan"] = True
     if token.origin is not None:
         properties.update({"origin_endpoint": token.origin.endpoint,
                            "origin_partition": token.origin.partition,

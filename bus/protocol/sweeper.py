@@ -20,11 +20,14 @@ What can be left behind, and when it is removed:
   record listing the token afterwards; then the token goes if unchanged. A committed record
   confirms its pending tokens before it is finished, and a slot moves on to another record
   only once it is, so "no committed record in the origin slot lists it" is exact;
-* a live token nobody signalled (its sender crashed between token and signal) - once it is
-  older than ``orphan_age`` (default 7 days) it is parked, with a poison entry, so that a
-  message whose signal was merely stuck that long is not lost silently. Parked, not deleted:
-  a token disappears only when its message's effect is finished (``dispatch``), and a slot's
-  record counts as finished exactly when its incoming token is gone.
+* a live token nobody signalled (its sender crashed between token and signal) - once no
+  signal has come for ``orphan_age`` (default 7 days) after it was due (its creation, or a
+  scheduled message's due time) it is parked as a presumed **orphan**, with a poison entry,
+  so that a message whose sender died is not lost silently. Presumed, because the protocol
+  cannot prove that no signal will come (a backlog, an endpoint paused for longer): if one
+  does, its copy is processed all the same (``verdict``) and the entry reads as stale. Parked,
+  not deleted: a token disappears only when its message's effect is finished (``dispatch``),
+  and a slot's record counts as finished exactly when its incoming token is gone.
 """
 
 from __future__ import annotations
@@ -82,12 +85,13 @@ class Sweeper:
             elif token.state is TokenState.PENDING and age > self._pending_age:
                 if self._collect(token):
                     report.pending_tokens_removed += 1
-            elif token.state is TokenState.LIVE and age > self._orphan_age:
+            elif token.state is TokenState.LIVE and self._unsignalled(token, now):
                 self._poison_for(token.endpoint).put(
                     "", reason=f"orphan inbox token: attempt {token.attempt_id} of message "
-                    f"{token.message_id} was not processed within {self._orphan_age:.0f} s",
+                    f"{token.message_id} was not processed within {self._orphan_age:.0f} s "
+                    "of being due (processed all the same if its signal still comes)",
                     dequeue_count=0, now=now)
-                if self._inbox.park(token, now):
+                if self._inbox.park(token, now, orphan=True):
                     report.orphan_tokens_parked += 1
         for endpoint, message_id in self._inbox.stale_index():
             self._inbox.drop_index(endpoint, message_id)
@@ -99,6 +103,11 @@ class Sweeper:
                 self._payloads.delete(ref)
                 report.payloads_removed += 1
         return report
+
+    def _unsignalled(self, token: Token, now: float) -> bool:
+        """Whether no signal has come for a live token for ``orphan_age`` after it was due."""
+        due = max(token.since, token.due or 0.0)
+        return now - due > self._orphan_age
 
     def _collect(self, token: Token) -> bool:
         """Remove a pending token no committed record lists; False when one does (its record

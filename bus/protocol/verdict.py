@@ -19,7 +19,9 @@ verdict        token                            the copy
                                                 superseded and never takes effect; payload
                                                 garbage
 ``PARKED``     parked                           dropped: the message waits in the poison
-                                                queue for a replay
+                                                queue for a replay - except a token the
+                                                sweeper parked as a presumed orphan: its
+                                                signal came after all, so ``PROCESS``
 ``DEFERRED``   deferred                         dropped: its handler set it aside, and the
                                                 deferral keeps the signal and its payload
 =============  ===============================  ==========================================
@@ -58,4 +60,8 @@ _BY_STATE = {TokenState.LIVE: Verdict.PROCESS, TokenState.PENDING: Verdict.PROCE
 
 def verdict(token: Token | None) -> Verdict:
     """The verdict on a copy whose token (read now) is ``token``."""
-    return Verdict.CONSUMED if token is None else _BY_STATE[token.state]
+    if token is None:
+        return Verdict.CONSUMED
+    if token.processable:
+        return Verdict.PROCESS  # a parked orphan too: its signal disproves the presumption
+    return _BY_STATE[token.state]
