@@ -68,3 +68,26 @@ def test_a_late_step_of_an_earlier_record_leaves_a_later_one_of_the_same_id_alon
     assert driver.signal(second, [0]) == 1 and driver.finish(second)
     drain(bus, ["billing"])
     assert billed == ["o1", "o1"]  # two sends, two bills: each record dispatched once
+
+
+def test_maintenance_goes_on_past_a_record_that_fails(storage: Storage, prefix: str) -> None:
+    orders, billing = Endpoint("orders"), Endpoint("billing")
+
+    @orders.handles(Order, partition=lambda m: m.order_id)
+    def order(message: Order, ctx: Context) -> None:
+        # o1's bill goes to an endpoint whose queue does not exist: its dispatch fails.
+        ctx.send(Bill(order_id=message.order_id), to="gone" if message.order_id == "o1"
+                 else "billing")
+
+    @billing.handles(Bill, partition=lambda m: m.order_id)
+    def bill(message: Bill, ctx: Context) -> None:
+        pass
+
+    bus = Bus(storage, [orders, billing], prefix=prefix,
+              routes={"Refund": "gone"})  # a destination of its own, never provisioned
+    bus.provision()
+    for order_id in ("o1", "o2"):
+        bus.send(Order(order_id=order_id))
+        handed_off(bus)  # committed, left to an orchestration that never runs
+    assert bus.outbox_driver("orders").recover(0) == 1  # o2's; o1's fails and is logged
+    assert bus.storage.queues.depth(bus.names.queue("billing")) == 1

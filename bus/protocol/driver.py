@@ -12,12 +12,15 @@ so a re-run orchestration does not send its signals again.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
 from bus.protocol.dispatch import Dispatcher
 from bus.protocol.outbox import ClaimLost, Outbox, Slot
 from bus.protocol.records import Phase, RecordKey
 from bus.storage import StorageError
+
+log = logging.getLogger(__name__)
 
 _ROUNDS = 10
 
@@ -77,18 +80,24 @@ class OutboxDriver:
     def recover(self, older_than: float) -> int:
         """Finish every unfinished record committed more than ``older_than`` seconds ago;
         returns how many. For maintenance: catches records whose orchestration failed for
-        good. One token read per partition holding a record."""
+        good. One token read per partition holding a record. A record that cannot be finished
+        now (a full or missing queue, storage trouble) is logged and left for the next pass:
+        it never keeps the records after it from being finished."""
         finished = 0
         cutoff = self._clock() - older_than
         for slot in self._outbox.pending():
             assert slot.record is not None
-            if slot.record.committed_at > cutoff or self._finished(slot):
-                continue
             try:
+                if slot.record.committed_at > cutoff or self._finished(slot):
+                    continue
                 self._dispatcher.complete(slot, committed_by_me=False)
                 finished += 1
             except ClaimLost:
                 continue  # someone else is on it
+            except Exception as exc:
+                log.warning("the outbox record of %s in partition %r could not be finished "
+                            "(%s: %s); the next maintenance pass tries again",
+                            slot.record.message_id, slot.partition, type(exc).__name__, exc)
         return finished
 
     def _finished(self, slot: Slot) -> bool:

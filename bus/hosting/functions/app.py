@@ -173,11 +173,19 @@ class BusFunctions(df.Blueprint):  # type: ignore[misc]
         bus, stalled = self.bus, self.config.stalled_outbox_seconds
 
         def bus_maintenance(timer: func.TimerRequest) -> None:
-            report = bus.sweeper().sweep()
-            recovered = sum(bus.outbox_driver(name).recover(stalled)
-                            for name in bus.topology.endpoints)
-            log.info("bus maintenance: %s, %d stalled outbox records finished", report,
-                     recovered)
+            # Each part on its own: one that fails never keeps the others from running.
+            try:
+                log.info("bus maintenance: %s", bus.sweeper().sweep())
+            except Exception:
+                log.exception("bus maintenance: the sweep failed; the next pass tries again")
+            for name in bus.topology.endpoints:
+                try:
+                    recovered = bus.outbox_driver(name).recover(stalled)
+                except Exception:
+                    log.exception("bus maintenance: recovering %s's outbox failed", name)
+                    continue
+                log.info("bus maintenance: %d stalled outbox records of %s finished",
+                         recovered, name)
 
         self.timer_trigger(schedule=MAINTENANCE_SCHEDULE, arg_name="timer")(bus_maintenance)
 
