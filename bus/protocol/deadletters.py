@@ -12,9 +12,14 @@ A replay interrupted after step 1 leaves a live token and the entry: replaying a
 token live and just re-sends the signal (a second copy of a live message is a duplicate the
 receiver drops once the first is processed). A token that is gone means the message was
 processed (or purged) since: the entry is stale and is removed. Entries without an envelope
-(bodies that were never a message) cannot be replayed; purge them. A signal the Functions host
-moved to the poison queue itself (after maxDequeueCount, unchanged) is read as an entry whose
-reason says so; its token is still live, so a replay simply re-sends it.
+(bodies that were never a message) cannot be replayed; purge them.
+
+The Functions host moves a message to the poison queue itself when its function raised on
+the last delivery allowed: unchanged - a signal, or a whole bundle - without a reason, its
+tokens still live, and (like any message the host sends) expiring after 7 days. Every
+operation here first **adopts** such messages (``adopt``; maintenance runs it too): one entry
+of the bus's own per signal, with its envelope, its token parked, never expiring - then it
+is listed, replayed and purged like any other.
 
 A replay re-sends the signal as it was sent: without the delivery count a copy put back by the
 Functions trigger carries (``deliveries``, docs/envelope.md), so that a replayed message always
@@ -35,15 +40,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from bus.envelope import BadSignal, Envelope, carried_deliveries, decode_signal
+from bus.envelope import BadSignal, Envelope, carried_deliveries, decode_signal, split_bundle
 from bus.naming import Names
 from bus.protocol.inbox import Inbox, TokenState
 from bus.protocol.payloads import Payloads
-from bus.protocol.poison import PoisonEntry
+from bus.protocol.poison import PoisonEntry, PoisonQueue
 from bus.protocol.verdict import Verdict, verdict
 from bus.storage import NotFound, QueueMessage, Queues, StorageError
 from bus.versions import UnreadableVersion
 
+HOST_REASON = "moved to the poison queue by the host after its maximum dequeue count"
 _PAGE = 32  # the most messages one receive returns
 _PEEK_LEASE = 60.0  # entries are leased this long while they are read, then released
 _ROUNDS = 5
@@ -85,6 +91,25 @@ class DeadLetters:
         self._inbox = inbox
         self._payloads = payloads
         self._clock = clock
+        self._writer = PoisonQueue(queues, self._poison, endpoint)
+
+    def adopt(self) -> int:
+        """Turn what the Functions host moved here itself into entries of the bus's own (see
+        the module docstring); returns how many signals were adopted. A signal whose message
+        was processed since (its token gone) is dropped: there is nothing to replay."""
+        adopted = 0
+        ours: list[QueueMessage] = []
+        try:
+            while page := self._queues.receive(self._poison, max_messages=_PAGE,
+                                               lease=_PEEK_LEASE):
+                for message in page:
+                    if self._ours(message):
+                        ours.append(message)
+                    else:
+                        adopted += self._adopt(message)
+        finally:
+            self._release(ours)
+        return adopted
 
     def entries(self) -> list[DeadLetter]:
         """Every entry, oldest first (entries are leased briefly while read)."""
@@ -146,10 +171,45 @@ class DeadLetters:
             state = token.state if token is not None else None
         return DeadLetter(message.id, entry, state)
 
+    def _adopt(self, message: QueueMessage) -> int:
+        """One message the host put here: an entry per signal, then the message goes."""
+        bodies = split_bundle(message.body) or [message.body]
+        for body in bodies:
+            self._adopt_signal(body, message.dequeue_count)
+        self._queues.delete(self._poison, message)
+        return len(bodies)
+
+    def _adopt_signal(self, body: str, dequeue_count: int) -> None:
+        try:
+            envelope: Envelope | None = decode_signal(body)
+        except BadSignal:
+            envelope = None
+        token = None
+        if envelope is not None:
+            token = self._inbox.read(self.endpoint, envelope.attempt_id)
+            if verdict(token).duplicate:
+                return  # processed (or never to be) since: nothing to replay
+        self._writer.put(body, reason=HOST_REASON, dequeue_count=dequeue_count,
+                         now=self._clock(), envelope=envelope)
+        if token is not None and verdict(token) is Verdict.PROCESS:
+            self._inbox.park(token, self._clock())
+
+    @staticmethod
+    def _ours(message: QueueMessage) -> bool:
+        """Whether the bus wrote this entry (any version)."""
+        try:
+            PoisonEntry.decode(message.body)
+        except UnreadableVersion:
+            return True
+        except (ValueError, binascii.Error):
+            return False
+        return True
+
     @contextmanager
     def _leased(self) -> Iterator[list[tuple[QueueMessage, PoisonEntry]]]:
-        """Every entry of the poison queue, leased, oldest first; released again on the way
-        out (deleted ones excepted)."""
+        """Every entry of the poison queue (after adopting the host's), leased, oldest
+        first; released again on the way out (deleted ones excepted)."""
+        self.adopt()
         messages: list[QueueMessage] = []
         while True:
             page = self._queues.receive(self._poison, max_messages=_PAGE, lease=_PEEK_LEASE)
@@ -160,25 +220,21 @@ class DeadLetters:
             entries = [(m, self._entry(m)) for m in messages]
             yield sorted(entries, key=lambda pair: pair[1].poisoned_at)
         finally:
-            for message in messages:
-                with contextlib.suppress(NotFound):  # deleted: replayed or purged
-                    self._queues.extend(self._poison, message, lease=0)
+            self._release(messages)
+
+    def _release(self, messages: list[QueueMessage]) -> None:
+        """Make leased entries visible again (deleted ones excepted: replayed or purged)."""
+        for message in messages:
+            with contextlib.suppress(NotFound):
+                self._queues.extend(self._poison, message, lease=0)
 
     def _entry(self, message: QueueMessage) -> PoisonEntry:
         try:
             return PoisonEntry.decode(message.body)
         except UnreadableVersion as exc:  # an entry a newer bus wrote: shown, not guessed at
             return self._unknown(message, f"a poison entry this bus cannot read: {exc}", None)
-        except (ValueError, binascii.Error):
-            pass
-        # Not ours: a signal the host moved here unchanged after maxDequeueCount deliveries.
-        try:
-            envelope: Envelope | None = decode_signal(message.body)
-        except BadSignal:
-            envelope = None
-        return self._unknown(
-            message, "moved to the poison queue by the host after its maximum dequeue count",
-            envelope)
+        except (ValueError, binascii.Error):  # the host's, moved here since ``adopt`` ran
+            return self._unknown(message, HOST_REASON, None)
 
     def _unknown(self, message: QueueMessage, reason: str,
                  envelope: Envelope | None) -> PoisonEntry:

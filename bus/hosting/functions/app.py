@@ -181,11 +181,13 @@ class BusFunctions(df.Blueprint):  # type: ignore[misc]
             for name in bus.topology.endpoints:
                 try:
                     recovered = bus.outbox_driver(name).recover(stalled)
+                    # What the host moved to the poison queue itself expires after 7 days.
+                    adopted = bus.dead_letters(name).adopt()
                 except Exception:
-                    log.exception("bus maintenance: recovering %s's outbox failed", name)
+                    log.exception("bus maintenance: the pass over %s failed", name)
                     continue
-                log.info("bus maintenance: %d stalled outbox records of %s finished",
-                         recovered, name)
+                log.info("bus maintenance: %s: %d stalled outbox records finished, %d "
+                         "signals the host poisoned adopted", name, recovered, adopted)
 
         self.timer_trigger(schedule=MAINTENANCE_SCHEDULE, arg_name="timer")(bus_maintenance)
 
