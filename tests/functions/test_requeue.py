@@ -307,9 +307,9 @@ def test_a_replay_starts_counting_afresh(storage: Storage, prefix: str,
     copy = wire.with_deliveries(base64.b64decode(message.body), MAX - 1)
     assert copy is not None  # a copy put back, moved to the poison queue by the host:
     bus.storage.queues.send(bus.names.poison_queue("ticks"), base64.b64encode(copy).decode())
-    [letter] = bus.dead_letters("ticks").entries()
-    assert letter.token is TokenState.LIVE
-    assert bus.dead_letters("ticks").replay() == {letter.id: ReplayResult.RESENT}
+    [letter] = bus.dead_letters("ticks").entries()  # adopted: token parked
+    assert letter.token is TokenState.PARKED
+    assert bus.dead_letters("ticks").replay() == {letter.id: ReplayResult.REPLAYED}
     host.run()  # storage still fails: the replayed message gets all its deliveries
     assert host.invocations == MAX
     assert [x.entry.reason for x in bus.dead_letters("ticks").entries()] == [REASON]
