@@ -42,10 +42,13 @@ not in the function.
 from __future__ import annotations
 
 import base64
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from bus.bus import Bus
 from bus.hosting.breaker import CircuitBreaker
+from bus.hosting.retry import Wait
 from bus.hosting.settlement import Settlement
 from bus.protocol.courier import MAX_VISIBILITY_DELAY
 from bus.protocol.delivery import Delivery, Outcome
@@ -80,7 +83,11 @@ class QueueTrigger:
     """The body of an endpoint's queue-triggered function, minus the Functions types."""
 
     def __init__(self, bus: Bus, endpoint: str, *, max_dequeue_count: int,
-                 inline_dispatch_max: int | None, in_process_tries: int = 3) -> None:
+                 inline_dispatch_max: int | None, in_process_tries: int = 3,
+                 sleep: Callable[[float], None] = time.sleep,
+                 wait: Wait | None = None) -> None:
+        """``sleep`` and ``wait``: the in-process retries' pause and its length (the
+        simulation's virtual time)."""
         self.bus = bus
         self.endpoint = endpoint
         self.receiver = bus.receiver(endpoint)
@@ -89,7 +96,8 @@ class QueueTrigger:
         self.breaker = CircuitBreaker(bus, endpoint, clock=bus.clock)
         self.settlement: Settlement[_Invocation] = Settlement(
             bus, endpoint, _FunctionsHost(), max_delivery_count=max_dequeue_count,
-            inline_max=inline_dispatch_max, in_process_tries=in_process_tries)
+            inline_max=inline_dispatch_max, in_process_tries=in_process_tries, sleep=sleep,
+            wait=wait)
 
     def deliver(self, raw: bytes, dequeue_count: int) -> Delivery:
         """Process one message body (already base64-decoded by the host).

@@ -13,6 +13,10 @@ from bus.protocol.safeguards import BREAKS, Safeguards
 from bus.testing.simulate.run import run_once
 
 _SHOWN_FAILURES = 5
+EXERCISED = ("functions_deliveries", "functions_requeued", "host_poisoned",
+             "orchestrations_started", "orchestrations_repeated", "orchestrations_never_run",
+             "dead_letters_replayed")
+"""How often each entry point beside the polling worker ran (bus.testing.simulate.functions)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         "slot_cache": {"hits": statistics["hits"], "stale": statistics["stale"]},
         "bundled_signals": statistics["bundled"],
         "grouped_sends": {"grouped": statistics["grouped"], "repaired": statistics["repaired"]},
+        "exercised": {name: statistics[name] for name in EXERCISED},
         "seconds": round(time.monotonic() - started, 1)}))
     return 1 if violations and not args.break_name else 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import binascii
 import random
 from collections import Counter
 from collections.abc import Callable
@@ -12,16 +13,19 @@ from datetime import datetime, timezone
 from bus import Bus, Envelope, Settings
 from bus.adapters.memory import InMemoryStorage
 from bus.hosting.worker import Worker
+from bus.protocol.delivery import Handoff
 from bus.protocol.inbox import Token, TokenState, finished
 from bus.protocol.outbox import Outbox
 from bus.protocol.poison import PoisonEntry
 from bus.protocol.records import Phase
 from bus.protocol.safeguards import Safeguards
 from bus.storage import StorageError
+from bus.testing.simulate.functions import FunctionsHost, operator, orchestrator
 from bus.testing.simulate.workload import EXPECTED, LARGE, Knobs, Start, build
 from bus.testing.simulate.world import Actor, FaultProfile, Gate, World
 
 MAX_STEPS = 200_000
+STALLED_SECONDS = 5.0  # maintenance finishes records committed this long ago
 SETTINGS = Settings(
     max_delivery_count=50,  # poisoning after handler failures is tested elsewhere
     lease_seconds=10.0, ghost_horizon_seconds=600.0, orphan_age_seconds=1e9,
@@ -61,6 +65,8 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
                                            "group_sends": layout.random() < 0.75})
     processes = layout.random() < 0.5  # each worker its own Bus: its own slot cache
     senders = layout.choice((1, 2, 6))  # client actors sending at once (their sends group)
+    hosting = random.Random(seed ^ 0xF0C7)  # which host runs each endpoint instance
+    functions_share = hosting.choice((0.0, 0.5, 1.0))  # polling workers, Functions, or both
 
     def new_bus() -> Bus:
         return Bus(storage, build(knobs, world.rng.random, world.new_id), prefix="sim",
@@ -84,20 +90,33 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
                      crashable=once) for index in range(senders)]
     for client in clients:
         world.spawn(client)
+    handoffs: list[Handoff] = []
+    counts: Counter[str] = Counter()
     for endpoint in bus.topology.endpoints:
         for index in range(rng.randint(2, 3)):
             own = new_bus() if processes else bus
             buses.append(own)
-            world.spawn(Actor(f"{endpoint}#{index}", _worker(own, world, endpoint)))
+            if hosting.random() < functions_share:
+                host = FunctionsHost(own, world, endpoint, handoffs, counts)
+                world.spawn(Actor(f"{endpoint}#{index}(functions)", host.run))
+            else:
+                world.spawn(Actor(f"{endpoint}#{index}", _worker(own, world, endpoint)))
+    world.spawn(Actor("orchestrator", orchestrator(bus, world, handoffs, counts)))
+    world.spawn(Actor("operator", operator(bus, world, list(bus.topology.endpoints),
+                                           {t for _, t in EXPECTED} | {"Start"}, counts)))
 
     # Maintenance runs in every run: it collects pending tokens of handler runs that never
-    # committed while workers are still committing theirs (and releases deferrals).
+    # committed while workers are still committing theirs, releases deferrals and finishes
+    # records whose orchestration never ran.
     world.spawn(Actor("releaser", _releaser(bus, world, "c")))
+    garbage_bodies = {body for body, _ in garbage}
 
     def quiescent() -> bool:
-        return all(c.finished for c in clients) and not any(
+        return all(c.finished for c in clients) and not handoffs and not any(
             storage.queues.bodies(bus.names.queue(e)) for e in bus.topology.endpoints
-        ) and not any(_waiting(t) for t in bus.inbox.all())
+        ) and not any(_in_flight(t) for t in bus.inbox.all()) and not any(
+            _to_replay(body, garbage_bodies) for e in bus.topology.endpoints
+            for body in storage.queues.bodies(bus.names.poison_queue(e)))
 
     def expire_lease() -> bool:
         return storage.queues.expire_lease(lambda ids: world.rng.randrange(len(ids)))
@@ -113,6 +132,9 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
         return result
     world.clock += SETTINGS.ghost_horizon_seconds + 1
     bus.sweeper().sweep()
+    for endpoint in bus.topology.endpoints:
+        bus.dead_letters(endpoint).adopt()  # what the host poisoned, read like the rest
+    result.statistics.update(counts)
     result.violations.extend(check(bus, storage, len(roots), [body for body, _ in garbage]))
     return result
 
@@ -174,23 +196,39 @@ def _worker(bus: Bus, world: World, endpoint: str) -> Callable[[], None]:
     return work
 
 
-def _waiting(token: Token) -> bool:
-    """Deferred, or released but maybe not signalled yet (the release stopped half-way:
-    the releaser's sweeper re-sends its signal)."""
-    return token.state is TokenState.DEFERRED or (
-        token.state is TokenState.LIVE and token.generation > 0)
+def _in_flight(token: Token) -> bool:
+    """A message not done yet: live, pending or deferred (fenced tokens are tombstones, the
+    sweeper removes them after the ghost horizon; parked ones wait for a replay)."""
+    return token.state in (TokenState.LIVE, TokenState.PENDING, TokenState.DEFERRED)
+
+
+def _to_replay(body: str, garbage: set[str]) -> bool:
+    """Whether a poison-queue body is a message the operator still has to replay (anything
+    but the garbage the run injected, raw as the host moved it or in a bus entry)."""
+    if body in garbage:
+        return False
+    try:
+        return PoisonEntry.decode(body).original_body not in garbage
+    except (ValueError, binascii.Error):
+        return True  # the host moved it: adopted, then replayed
 
 
 def _releaser(bus: Bus, world: World, endpoint: str) -> Callable[[], None]:
     """An operator releasing whatever is deferred now and then, and the maintenance timer
-    (the sweeper: it re-sends the signals of releases that stopped half-way)."""
+    (the sweeper: it re-sends the signals of releases that stopped half-way; the recovery of
+    records whose orchestration never ran or stopped)."""
     def release_all() -> None:
         deferred = bus.deferred(endpoint)
+        next_recovery = world.now()
         while True:
             try:
                 for message in deferred.list():
                     deferred.release(message.message_id)
                 bus.sweeper().sweep()
+                if world.now() >= next_recovery:
+                    next_recovery = world.now() + STALLED_SECONDS
+                    for name in bus.topology.endpoints:
+                        bus.outbox_driver(name).recover(STALLED_SECONDS)
             except StorageError:
                 pass
             world.sleep(1.0)

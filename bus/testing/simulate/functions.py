@@ -1,0 +1,150 @@
+"""The Functions host's side in the simulation: its queue rules around the bus's trigger, the
+Durable orchestration's steps, and an operator replaying dead letters.
+
+The host follows ``devhost.queues`` (itself the host's ``QueueProcessor``): a message whose
+dequeue count is over ``maxDequeueCount``, or whose body is not base64, is copied to the
+poison queue without invoking the function; the function's return deletes the message, its
+exception makes it visible again - or, on the last delivery allowed, copies it to the poison
+queue. The orchestration runs the outbox driver's steps as the activities do: at least once
+each, sometimes repeated, sometimes never started (maintenance then finishes the record).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+from collections import Counter
+from collections.abc import Callable
+
+from bus.bus import Bus
+from bus.hosting.functions.trigger import QueueTrigger
+from bus.protocol.delivery import Handoff
+from bus.storage import QueueMessage, StorageError
+from bus.testing.simulate.world import World
+
+SIGNAL_BATCH = 2  # copies per signal activity (the app's is 16; small here, to interleave)
+
+
+class FunctionsHost:
+    """One instance of the Functions host for one endpoint's queue trigger."""
+
+    def __init__(self, bus: Bus, world: World, endpoint: str, handoffs: list[Handoff],
+                 counts: Counter[str]) -> None:
+        self.bus = bus
+        self.world = world
+        self.queue = bus.names.queue(endpoint)
+        self.poison = bus.names.poison_queue(endpoint)
+        self.max = bus.settings.max_delivery_count
+        self.handoffs = handoffs
+        self.counts = counts
+        rng = world.rng
+        self.batch = rng.randint(1, 4)
+        self.trigger = QueueTrigger(
+            bus, endpoint, max_dequeue_count=self.max,
+            inline_dispatch_max=rng.choice((None, 0, 1)), in_process_tries=rng.randint(1, 3),
+            sleep=world.sleep, wait=lambda _: rng.uniform(0.01, 0.2))
+
+    def run(self) -> None:
+        while True:
+            try:
+                messages = self.bus.storage.queues.receive(
+                    self.queue, max_messages=self.batch, lease=self.bus.settings.lease_seconds)
+            except StorageError:
+                messages = []
+            if not messages:
+                self.world.sleep(0.5)
+            for message in messages:
+                with contextlib.suppress(StorageError):  # the lease runs out; it comes back
+                    self._deliver(message)
+
+    def _deliver(self, message: QueueMessage) -> None:
+        raw = _base64(message.body)
+        if raw is None or message.dequeue_count > self.max:
+            self._poison(message)
+            return
+        self.counts["functions_deliveries"] += 1
+        try:
+            delivery = self.trigger.deliver(raw, message.dequeue_count)
+        except Exception:  # the function failed: released, or poisoned on the last delivery
+            if message.dequeue_count >= self.max:
+                self._poison(message)
+            else:
+                self.bus.storage.queues.extend(self.queue, message, lease=0)
+            return
+        self.counts["functions_requeued"] += delivery.outcome.value == "requeued"
+        for handoff in delivery.handoffs:
+            self.counts["orchestrations_started"] += 1
+            self.handoffs.append(handoff)
+        self.bus.storage.queues.delete(self.queue, message)
+
+    def _poison(self, message: QueueMessage) -> None:
+        self.counts["host_poisoned"] += 1
+        self.bus.storage.queues.send(self.poison, message.body)
+        self.bus.storage.queues.delete(self.queue, message)
+
+
+def orchestrator(bus: Bus, world: World, handoffs: list[Handoff],
+                 counts: Counter[str]) -> Callable[[], None]:
+    """The outbox orchestrations, one at a time, in any order: each step at least once."""
+    def run() -> None:
+        while True:
+            if not handoffs:
+                world.sleep(0.5)
+                continue
+            handoff = handoffs.pop(world.rng.randrange(len(handoffs)))
+            if world.rng.random() < 0.1:
+                counts["orchestrations_never_run"] += 1  # maintenance finishes the record
+                continue
+            try:
+                _orchestrate(bus, world, handoff)
+            except StorageError:
+                handoffs.append(handoff)  # the activity is retried
+                continue
+            if world.rng.random() < 0.2:
+                counts["orchestrations_repeated"] += 1
+                handoffs.append(handoff)  # a replay, or start_new of a finished instance
+
+    return run
+
+
+def _orchestrate(bus: Bus, world: World, handoff: Handoff) -> None:
+    driver = bus.outbox_driver(handoff.endpoint)
+    copies = driver.prepare(handoff.key)
+    if world.rng.random() < 0.2:
+        copies = driver.prepare(handoff.key)  # an activity that ran twice
+    if copies is None:
+        return
+    for start in range(0, copies, SIGNAL_BATCH):
+        driver.signal(handoff.key, list(range(start, min(start + SIGNAL_BATCH, copies))))
+    driver.finish(handoff.key)
+
+
+def operator(bus: Bus, world: World, endpoints: list[str], known: set[str],
+             counts: Counter[str]) -> Callable[[], None]:
+    """Someone replaying the dead letters of messages the endpoints handle, now and then,
+    while the workers run (what the host or the bus poisoned after storage errors)."""
+    def run() -> None:
+        while True:
+            world.sleep(5.0)
+            for endpoint in endpoints:
+                letters = bus.dead_letters(endpoint)
+                try:
+                    if not bus.storage.queues.depth(bus.names.poison_queue(endpoint)):
+                        continue
+                    chosen = {letter.id for letter in letters.entries()
+                              if letter.replayable and letter.entry.envelope is not None
+                              and letter.entry.envelope.message_type in known}
+                    if chosen:
+                        counts["dead_letters_replayed"] += len(letters.replay(chosen))
+                except StorageError:
+                    continue
+
+    return run
+
+
+def _base64(body: str) -> bytes | None:
+    try:
+        return base64.b64decode(body, validate=True)
+    except (binascii.Error, ValueError):
+        return None
