@@ -96,10 +96,20 @@ class Token:
             self.state is TokenState.PARKED and self.orphan)
 
 
+@dataclass(frozen=True)
+class StaleIndex:
+    """A deferral index row whose token is gone, as read (``etag``)."""
+
+    endpoint: str
+    message_id: str
+    etag: str
+
+
 class Inbox:
     def __init__(self, tables: Tables, table: str) -> None:
         self._tables = tables
         self._table = table
+
 
     def create(self, endpoint: str, attempt_id: str, message_id: str, now: float,
                due: float | None = None) -> None:
@@ -238,16 +248,26 @@ class Inbox:
         return [_token(row) for row in self._tables.query(self._table, endpoint)
                 if not row.row_key.startswith(_INDEX)]
 
-    def stale_index(self) -> list[tuple[str, str]]:
-        """``(endpoint, message id)`` of index rows whose token is gone (for the sweeper)."""
+    def stale_index(self) -> list[StaleIndex]:
+        """Index rows whose token is gone (for the sweeper).
+
+        A scan is no snapshot (on Azure a query that spans pages reads each page at another
+        moment), so each row the scan finds without its token is checked again by itself:
+        its token read now, and the row dropped only if unchanged since (``drop_index``)."""
         rows = self._tables.query(self._table)
         tokens = {(row.partition_key, row.row_key) for row in rows}
-        return [(row.partition_key, row.row_key[len(_INDEX):]) for row in rows
-                if row.row_key.startswith(_INDEX)
-                and (row.partition_key, str(row.properties["attempt_id"])) not in tokens]
+        candidates = [row for row in rows if row.row_key.startswith(_INDEX)
+                      and (row.partition_key, str(row.properties["attempt_id"])) not in tokens]
+        return [StaleIndex(row.partition_key, row.row_key[len(_INDEX):], row.etag)
+                for row in candidates
+                if self.read(row.partition_key, str(row.properties["attempt_id"])) is None]
 
-    def drop_index(self, endpoint: str, message_id: str) -> None:
-        self._tables.delete(self._table, endpoint, _INDEX + message_id)
+    def drop_index(self, stale: StaleIndex) -> None:
+        """Drop an index row ``stale_index`` found, unless it changed since (a new deferral
+        of the message id, pointing to another token)."""
+        with contextlib.suppress(PreconditionFailed, NotFound):
+            self._tables.delete(self._table, stale.endpoint, _INDEX + stale.message_id,
+                                etag=stale.etag)
 
     def withdraw(self, endpoint: str, attempt_id: str, etag: str) -> None:
         """Delete a token if it is unchanged since ``etag`` (a pending token nobody will

@@ -93,8 +93,8 @@ class Sweeper:
                     dequeue_count=0, now=now)
                 if self._inbox.park(token, now, orphan=True):
                     report.orphan_tokens_parked += 1
-        for endpoint, message_id in self._inbox.stale_index():
-            self._inbox.drop_index(endpoint, message_id)
+        for stale in self._inbox.stale_index():
+            self._inbox.drop_index(stale)
             report.deferral_index_removed += 1
         for ref in self._payloads.refs():
             destination, _, attempt_id = ref.blob.partition("/")

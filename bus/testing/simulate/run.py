@@ -302,8 +302,8 @@ def _left_behind(bus: Bus, storage: InMemoryStorage) -> list[str]:
                 violations.append(f"left behind: unfinished outbox record in {endpoint}/"
                                   f"{slot.partition}")
     violations.extend(f"left behind: payload blob {ref.blob}" for ref in bus.payloads.refs())
-    violations.extend(f"left behind: deferral index of {message_id} at {endpoint}"
-                      for endpoint, message_id in bus.inbox.stale_index())
+    violations.extend(f"left behind: deferral index of {stale.message_id} at {stale.endpoint}"
+                      for stale in bus.inbox.stale_index())
     ledger = Outbox(storage.tables, bus.names.ledger_table)
     violations.extend(f"left behind: ledger record {slot.partition} in phase "
                       f"{slot.record.phase.value}" for slot in ledger.pending()
