@@ -43,11 +43,14 @@ def main(argv: list[str] | None = None) -> int:
             failing.append(seed)
             if len(failing) <= _SHOWN_FAILURES:
                 _report(seed, args.break_name, result.violations)
+            if args.stop_at_first:
+                print(f"first violation at seed {seed}")
+                break
         if args.progress and (index + 1) % max(1, args.runs // 10) == 0:
             print(f"... {index + 1}/{args.runs} runs, {violations} violations, "
                   f"{time.monotonic() - started:.0f} s", file=sys.stderr)
     print(json.dumps({
-        "runs": args.runs, "seed": args.seed, "break": args.break_name,
+        "runs": index + 1 if args.runs else 0, "seed": args.seed, "break": args.break_name,
         "messages": messages, "faults_injected": sum(totals.values()),
         "faults_by_kind": dict(sorted(totals.items())), "violations": violations,
         "failing_runs": len(failing), "failing_seeds": failing[:20],
@@ -77,6 +80,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="disable one safeguard (the run must then find violations)")
     parser.add_argument("--list-breaks", action="store_true", help="name the breaks and exit")
     parser.add_argument("--progress", action="store_true", help="progress on stderr")
+    parser.add_argument("--stop-at-first", action="store_true",
+                        help="stop after the first run that breaks an invariant (its seed is "
+                             "printed)")
     return parser
 
 
