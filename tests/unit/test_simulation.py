@@ -29,9 +29,10 @@ def test_protocol_holds_under_every_kind_of_fault() -> None:
 def test_each_break_is_caught(name: str) -> None:
     safeguards = BREAKS[name][0]
     runs = RUNS_PER_BREAK.get(name, 150)
-    failing = [r.seed for r in (run_once(seed, safeguards) for seed in range(1, runs + 1))
-               if r.violations]
-    assert failing, f"--break {name} produced no violations in {runs} runs"
+    # The first failing run is enough (a broken run can take long: it may never quiesce).
+    failing = next((seed for seed in range(1, runs + 1)
+                    if run_once(seed, safeguards).violations), None)
+    assert failing is not None, f"--break {name} produced no violations in {runs} runs"
 
 
 def test_runs_replay_exactly_from_their_seed() -> None:
