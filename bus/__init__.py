@@ -3,17 +3,36 @@
 The public API::
 
     from bus import Bus, Command, Context, Endpoint, Event
+
+and the errors a user may catch, all ``BusError`` (``bus.errors`` has the tree). Internals -
+the envelope, outcomes, storage names - live in their modules (``bus.envelope``,
+``bus.protocol.delivery``, ``bus.naming``).
 """
 
-from bus.bus import Bus, NotProvisioned, SendFailed
+from bus.bus import Bus
 from bus.context import Context, PartitionState
-from bus.endpoint import ConfigurationError, Endpoint
-from bus.envelope import Envelope, PayloadRef
-from bus.messages import Command, Event, Message, MessageKindError
+from bus.endpoint import Endpoint
+from bus.errors import (
+    BusError,
+    ConfigurationError,
+    Contention,
+    MessageKindError,
+    NamingError,
+    NotProvisioned,
+    PayloadError,
+    QueueFull,
+    RecordTooLarge,
+    RoutingError,
+    SendFailed,
+    StateError,
+    StorageError,
+    TopicError,
+    TransientError,
+    UnreadableRecord,
+    UnreadableVersion,
+)
+from bus.messages import Command, Event, Message
 from bus.middleware import Middleware, Outgoing
-from bus.naming import Names
-from bus.protocol.backpressure import QueueFull
-from bus.protocol.delivery import HandlerFailed, Outcome
 from bus.retry import Abandon, Reject, RetryAfter, RetryPolicy
 from bus.serialization import JsonSerializer, Serializer
 from bus.settings import Settings
@@ -21,28 +40,35 @@ from bus.settings import Settings
 __all__ = [
     "Abandon",
     "Bus",
+    "BusError",
     "Command",
     "ConfigurationError",
+    "Contention",
     "Context",
     "Endpoint",
-    "Envelope",
     "Event",
-    "HandlerFailed",
     "JsonSerializer",
     "Message",
     "MessageKindError",
     "Middleware",
-    "Names",
+    "NamingError",
     "NotProvisioned",
-    "Outcome",
     "Outgoing",
     "PartitionState",
-    "PayloadRef",
+    "PayloadError",
     "QueueFull",
+    "RecordTooLarge",
     "Reject",
     "RetryAfter",
     "RetryPolicy",
+    "RoutingError",
     "SendFailed",
     "Serializer",
     "Settings",
+    "StateError",
+    "StorageError",
+    "TopicError",
+    "TransientError",
+    "UnreadableRecord",
+    "UnreadableVersion",
 ]

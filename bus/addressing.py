@@ -11,15 +11,12 @@ from collections.abc import Callable, Collection, Mapping
 from datetime import datetime, timezone
 
 from bus.envelope import Envelope, payload_text
+from bus.errors import RoutingError
 from bus.ids import IdFactory
 from bus.messages import Command, Event, Message, topic_of
 from bus.naming import check_endpoint
 from bus.protocol.topics import Topics
 from bus.serialization import Serializer
-
-
-class RoutingError(LookupError):
-    pass
 
 
 class Addressing:

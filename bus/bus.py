@@ -15,6 +15,7 @@ from bus.addressing import Addressing
 from bus.context import seconds
 from bus.endpoint import Endpoint, check_middleware
 from bus.envelope import Envelope
+from bus.errors import NotProvisioned, SendFailed
 from bus.hosting.retry import transient_retries
 from bus.ids import IdFactory, random_id
 from bus.messages import Command, Event, Message, require_command, require_event
@@ -50,16 +51,6 @@ from bus.topology import Topology
 _PAUSE_KEY = ("~bus", "~pause")  # a row key users cannot write (state keys never start with ~)
 
 
-class SendFailed(Exception):
-    """Some sends of ``Bus.send_many`` failed: ``errors`` by position; ``sent`` holds the
-    message ids of the others (they were sent)."""
-
-    def __init__(self, sent: dict[int, str], errors: dict[int, Exception]) -> None:
-        first = min(errors)
-        super().__init__(f"{len(errors)} of {len(sent) + len(errors)} sends failed; the first "
-                         f"(message {first}): {errors[first]!r}")
-        self.sent = sent
-        self.errors = errors
 
 
 @dataclass(frozen=True)
@@ -367,8 +358,6 @@ class Bus:
                        fence_origin=self.safeguards.fence_origin)
 
 
-class NotProvisioned(Missing):
-    """A send met a missing queue, table or container: the bus's storage is not provisioned."""
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from bus.addressing import Addressing
 from bus.envelope import Envelope
+from bus.errors import StateError
 from bus.ids import derived_message_id
 from bus.messages import Command, Event, Message, require_command, require_event
 from bus.middleware import Middleware, Outgoing, sending_chain
@@ -19,8 +20,6 @@ _FORBIDDEN_KEY_CHARS = set("/\\#?")
 _RESERVED_PROPERTIES = {"PartitionKey", "RowKey", "Timestamp", "etag", "odata.etag"}
 
 
-class StateError(ValueError):
-    pass
 
 
 def seconds(delay: float | timedelta) -> float:

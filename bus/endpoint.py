@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from bus.context import Context
+from bus.errors import ConfigurationError
 from bus.messages import Command, Event, Message
 from bus.middleware import Middleware
 from bus.naming import check_endpoint
@@ -31,8 +32,6 @@ M = TypeVar("M", bound=Message)
 HandlerFn = Callable[[M, Context], None]
 
 
-class ConfigurationError(ValueError):
-    """The bus is set up wrongly; the message says what to fix. Raised at start-up."""
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from bus.versions import ENVELOPE, UnreadableVersion
+from bus.errors import UnreadableVersion
+from bus.versions import ENVELOPE
 
 # A queue message holds 64 KiB of text; base64 turns 3 bytes into 4 characters.
 MAX_SIGNAL_BYTES = 49_152

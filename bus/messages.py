@@ -11,6 +11,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
+from bus.errors import MessageKindError
+
 
 class Message(BaseModel):
     """Base class of message contracts. Do not subclass directly: use Command or Event.
@@ -44,8 +46,6 @@ class Event(Message):
     message_kind: ClassVar[str] = "event"
 
 
-class MessageKindError(TypeError):
-    """A command was published or an event sent; the message says which call to use."""
 
 
 def require_command(message: Message, call: str) -> None:

@@ -17,13 +17,13 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from bus.errors import NamingError
+
 ENDPOINT_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 PREFIX_PATTERN = re.compile(r"^([a-z][a-z0-9]{0,15})?$")
 MAX_QUEUE = 63 - len("-poison")
 
 
-class NamingError(ValueError):
-    pass
 
 
 def check_endpoint(name: str) -> str:

@@ -6,13 +6,12 @@ from typing import Protocol, TypeVar
 
 from pydantic import ValidationError
 
+from bus.errors import PayloadError
 from bus.messages import Message
 
 M = TypeVar("M", bound=Message)
 
 
-class PayloadError(ValueError):
-    """The payload could not be turned into the declared message contract."""
 
 
 class Serializer(Protocol):

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from bus.endpoint import ConfigurationError, Endpoint, check_depth
+from bus.endpoint import Endpoint, check_depth
+from bus.errors import ConfigurationError, NamingError
 from bus.messages import Message, topic_of
-from bus.naming import Names, NamingError, check_endpoint
+from bus.naming import Names, check_endpoint
 
 
 class Topology:

@@ -22,11 +22,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from bus.errors import UnreadableVersion
+
 Document = dict[str, Any]
 
 
-class UnreadableVersion(ValueError):
-    """A document of a version this bus does not read; the message says which and why."""
 
 
 @dataclass(frozen=True)

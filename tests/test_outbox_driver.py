@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 
 from bus import Bus, Command, Context, Endpoint
-from bus.hosting.functions.app import job_for, record_key
 from bus.hosting.functions.trigger import QueueTrigger
 from bus.protocol.delivery import Handoff
 from bus.storage import Storage
@@ -55,13 +54,13 @@ def test_a_late_step_of_an_earlier_record_leaves_a_later_one_of_the_same_id_alon
     bus, billed = build(storage, prefix)
     driver = bus.outbox_driver("orders")
     bus.send(Order(order_id="o1"), message_id="m1")
-    first = record_key(job_for(handed_off(bus)))
+    first = handed_off(bus).key
     assert driver.prepare(first) == 1 and driver.signal(first, [0]) == 1
     assert driver.finish(first)
     # The client sends the same message id again (a new copy: a new attempt id); its record
     # is committed in the same slot and prepared, and its orchestration stops before sending.
     bus.send(Order(order_id="o1"), message_id="m1")
-    second = record_key(job_for(handed_off(bus)))
+    second = handed_off(bus).key
     assert driver.prepare(second) == 1
     # A repeated finish of the first orchestration must not finish the second record.
     assert not driver.finish(first)

@@ -11,10 +11,11 @@ import json
 import pytest
 
 from bus import Bus, Command, Context, Endpoint
+from bus.errors import UnreadableVersion
 from bus.protocol.outbox import SLOT_ROW
 from bus.storage import Entity, Storage
 from bus.testing import MessagesPoisoned, drain
-from bus.versions import Format, UnreadableVersion
+from bus.versions import Format
 
 
 class Count(Command):

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from bus.bus import Bus
-from bus.endpoint import ConfigurationError
+from bus.errors import ConfigurationError
 
 DEFAULT_APP = "function_app"
 OFFLINE_CONNECTION = "UseDevelopmentStorage=true"

@@ -18,8 +18,7 @@ from typing import TypeVar
 import click
 
 from bus.bus import Bus
-from bus.endpoint import ConfigurationError
-from bus.naming import NamingError
+from bus.errors import ConfigurationError, NamingError
 from bus.operations.apps import DEFAULT_APP, AppError, load_bus
 from bus.operations.dlq import dlq
 from bus.operations.topology_file import DEFAULT_PATH, TopologyFile, drift

@@ -11,7 +11,7 @@ import json
 
 import click
 
-from bus.endpoint import ConfigurationError
+from bus.errors import ConfigurationError
 from bus.operations.apps import AppError, load_bus
 from bus.protocol.deadletters import DeadLetter, DeadLetters
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from bus.adapters.memory import InMemoryStorage
 from bus.bus import Bus
-from bus.endpoint import ConfigurationError
+from bus.errors import ConfigurationError
 from bus.messages import Message
 from bus.naming import Names
 from bus.protocol.topics import Topics

@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bus.context import StateError, check_key
+from bus.context import check_key
 from bus.endpoint import Endpoint, Route
 from bus.envelope import BadSignal, Envelope, decode_signal
+from bus.errors import PayloadError, StateError
 from bus.messages import Message
 from bus.protocol.courier import due_in
 from bus.protocol.delivery import Incoming, Outcome, dropped
@@ -24,7 +25,7 @@ from bus.protocol.payloads import Payloads
 from bus.protocol.poisoning import Poisoning
 from bus.protocol.safeguards import Safeguards
 from bus.protocol.verdict import Verdict, verdict
-from bus.serialization import PayloadError, Serializer
+from bus.serialization import Serializer
 from bus.storage import Queues
 
 

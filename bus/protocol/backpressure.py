@@ -25,21 +25,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 
+from bus.errors import QueueFull
 from bus.naming import Names
-from bus.storage import Queues, StorageError
-
-
-class QueueFull(StorageError):
-    """The destination's queue is at its maximum depth; try again later (nothing was lost)."""
-
-    def __init__(self, destination: str, depth: int, limit: int) -> None:
-        super().__init__(
-            f"the queue of endpoint {destination!r} is full ({depth} messages, limit "
-            f"{limit}); the message stays in the sender's outbox and goes out when there "
-            "is room")
-        self.destination = destination
-        self.depth = depth
-        self.limit = limit
+from bus.storage import Queues
 
 
 class Room:

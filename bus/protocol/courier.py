@@ -10,8 +10,9 @@ import threading
 from collections.abc import Callable, Sequence
 
 from bus.envelope import Envelope, encode_bundle, encode_signal, fits_signal
+from bus.errors import QueueFull
 from bus.naming import Names
-from bus.protocol.backpressure import QueueFull, Room
+from bus.protocol.backpressure import Room
 from bus.protocol.bundles import pack
 from bus.protocol.inbox import Inbox, Origin
 from bus.protocol.payloads import Payloads

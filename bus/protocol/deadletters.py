@@ -41,13 +41,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from bus.envelope import BadSignal, Envelope, carried_deliveries, decode_signal, split_bundle
+from bus.errors import Contention, UnreadableVersion
 from bus.naming import Names
 from bus.protocol.inbox import Inbox, TokenState
 from bus.protocol.payloads import Payloads
 from bus.protocol.poison import PoisonEntry, PoisonQueue
 from bus.protocol.verdict import Verdict, verdict
-from bus.storage import NotFound, QueueMessage, Queues, StorageError
-from bus.versions import UnreadableVersion
+from bus.storage import NotFound, QueueMessage, Queues
 
 HOST_REASON = "moved to the poison queue by the host after its maximum dequeue count"
 _PAGE = 32  # the most messages one receive returns
@@ -55,8 +55,6 @@ _PEEK_LEASE = 60.0  # entries are leased this long while they are read, then rel
 _ROUNDS = 5
 
 
-class Contention(StorageError):
-    """A token kept changing while we replayed its message; safe to run again."""
 
 
 @dataclass(frozen=True)

@@ -40,16 +40,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bus.envelope import Envelope, decode_signal
+from bus.errors import Contention
 from bus.protocol.courier import Courier
 from bus.protocol.inbox import Inbox, Token, TokenState, finished
 from bus.protocol.records import OutboxRecord
-from bus.storage import StorageError
 
 _ROUNDS = 5
 
 
-class DeferralContention(StorageError):
-    """A token kept changing under a deferral or a release; safe to try again."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +110,7 @@ def release(courier: Courier, endpoint: str, message_id: str,
             courier.resend(endpoint, token.signal)
             return True
         return False
-    raise DeferralContention(f"the token of {message_id} at {endpoint} kept changing")
+    raise Contention(f"the token of {message_id} at {endpoint} kept changing")
 
 
 def seen(inbox: Inbox, endpoint: str, message_id: str) -> int:
@@ -133,7 +131,7 @@ def set_aside(courier: Courier, record: OutboxRecord) -> None:
         assert token is not None
         if courier.inbox.defer(token, record.deferred_signal, courier.now()):
             return
-    raise DeferralContention(f"the token of {record.message_id} kept changing")
+    raise Contention(f"the token of {record.message_id} kept changing")
 
 
 def _deferred(token: Token) -> DeferredMessage:

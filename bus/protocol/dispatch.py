@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
+from bus.errors import QueueFull
 from bus.ids import IdFactory
-from bus.protocol.backpressure import QueueFull
 from bus.protocol.courier import Courier
 from bus.protocol.deferral import release, set_aside
 from bus.protocol.inbox import Origin, finished

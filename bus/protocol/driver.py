@@ -15,18 +15,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
+from bus.errors import Contention
 from bus.protocol.dispatch import Dispatcher
 from bus.protocol.outbox import ClaimLost, Outbox, Slot
 from bus.protocol.records import Phase, RecordKey
-from bus.storage import StorageError
 
 log = logging.getLogger(__name__)
 
 _ROUNDS = 10
 
 
-class DriverContention(StorageError):
-    """The slot kept changing; the step is safe to run again."""
 
 
 class OutboxDriver:
@@ -50,7 +48,7 @@ class OutboxDriver:
                 continue
             assert slot.record is not None
             return len(slot.record.outgoing)
-        raise DriverContention(f"outbox slot {key.partition!r} kept changing")
+        raise Contention(f"outbox slot {key.partition!r} kept changing")
 
     def signal(self, key: RecordKey, indexes: Sequence[int]) -> int:
         """Send the chosen copies; returns how many were sent (0 when already finished)."""
@@ -75,7 +73,7 @@ class OutboxDriver:
             except ClaimLost:
                 continue
             return True
-        raise DriverContention(f"outbox slot {key.partition!r} kept changing")
+        raise Contention(f"outbox slot {key.partition!r} kept changing")
 
     def recover(self, older_than: float) -> int:
         """Finish every unfinished record committed more than ``older_than`` seconds ago;

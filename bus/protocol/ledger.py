@@ -19,20 +19,19 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from bus.envelope import Envelope
+from bus.errors import Contention
 from bus.ids import IdFactory
 from bus.protocol.dispatch import Dispatcher
 from bus.protocol.outbox import SLOT_ROW, ClaimLost, Outbox, Slot
 from bus.protocol.records import OutboxRecord, Phase
 from bus.protocol.safeguards import Safeguards
-from bus.storage import PreconditionFailed, StorageError, Tables
+from bus.storage import PreconditionFailed, Tables
 
 LEDGER_SOURCE = "~ledger"
 """The ``endpoint`` of ledger records (no inbox token belongs to it)."""
 _ROUNDS = 10
 
 
-class LedgerContention(StorageError):
-    """The ledger row kept changing (concurrent senders of one id); safe to call again."""
 
 
 class Ledger:
@@ -65,7 +64,7 @@ class Ledger:
             except ClaimLost:
                 continue  # another caller moved the row on; look again
             return mine
-        raise LedgerContention(f"ledger row of {message_id!r} kept changing")
+        raise Contention(f"ledger row of {message_id!r} kept changing")
 
     def forget(self, older_than: float) -> int:
         """Remove DONE rows recorded more than ``older_than`` seconds ago; returns how many."""

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from bus.errors import RecordTooLarge, UnreadableRecord
 from bus.protocol.records import OutboxRecord
 from bus.storage import (
     Conflict,
@@ -47,14 +48,8 @@ class ClaimLost(Exception):
     """The slot changed since it was loaded: another worker got there first."""
 
 
-class RecordTooLarge(ValueError):
-    """A handler produced more outgoing data than one outbox record can hold."""
 
 
-class UnreadableRecord(ValueError):
-    """An outbox slot holds a record this bus cannot read (a newer version, or damaged):
-    nothing may be committed over it, since it may still have messages to send. The message
-    says which partition and why; the partition's messages are poisoned with it meanwhile."""
 
 
 @dataclass(frozen=True)

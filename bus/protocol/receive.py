@@ -35,6 +35,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from bus.errors import Contention, UnreadableRecord
 from bus.protocol.admission import Admission, Admitted
 from bus.protocol.delivery import (
     Delivery,
@@ -47,7 +48,7 @@ from bus.protocol.delivery import (
 from bus.protocol.dispatch import Dispatcher
 from bus.protocol.handling import Handling
 from bus.protocol.inbox import Inbox, Token, finished
-from bus.protocol.outbox import ClaimLost, Outbox, Slot, UnreadableRecord
+from bus.protocol.outbox import ClaimLost, Outbox, Slot
 from bus.protocol.payloads import Payloads
 from bus.protocol.poisoning import Poisoning
 from bus.protocol.records import OutboxRecord, Phase, RecordKey
@@ -63,8 +64,6 @@ log = logging.getLogger(__name__)
 _MAX_CLAIM_ROUNDS = 20
 
 
-class Contention(StorageError):
-    """The partition kept changing; let the signal be redelivered."""
 
 
 @dataclass(frozen=True)

@@ -12,14 +12,13 @@ import json
 import re
 from collections.abc import Callable
 
+from bus.errors import TopicError
 from bus.storage import Blobs, Conflict, Missing, NotFound, PreconditionFailed, TransientError
 
 _MAX_RACES = 50
 _TOPIC = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 
 
-class TopicError(ValueError):
-    pass
 
 
 class Topics:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from bus.hosting.functions.app import job_for
+from bus.hosting.functions.app import job_for, record_key
 from bus.hosting.functions.trigger import QueueTrigger
 from bus.protocol.delivery import Outcome
 from devhost import bindings
@@ -73,6 +73,9 @@ def test_outbox_orchestration_replays_and_survives_repeated_activities(
                              f"h{prefix}")
     runtime.provision()
     job = dict(job_for(delivery.handoff))
+    assert record_key(job_for(delivery.handoff)) == delivery.handoff.key  # the job round trip
+    old_job = {k: v for k, v in job.items() if k not in ("attempt_id", "generation")}
+    assert record_key(old_job).attempt_id is None  # type: ignore[arg-type] - before the key
     # An activity runs at least once: run the whole fan-out by hand first, twice over.
     steps = ["bus_outbox_prepare", "bus_outbox_prepare", "bus_outbox_signal",
              "bus_outbox_signal", "bus_outbox_finish", "bus_outbox_finish",

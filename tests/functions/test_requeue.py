@@ -21,10 +21,10 @@ import pytest
 
 import bus.envelope as wire
 import bus.hosting.settlement as settlement_module
-from bus import Bus, Command, Context, Endpoint, Outcome, Settings
+from bus import Bus, Command, Context, Endpoint, Settings
 from bus.hosting.functions.trigger import QueueTrigger
 from bus.protocol.deadletters import ReplayResult
-from bus.protocol.delivery import Delivery
+from bus.protocol.delivery import Delivery, Outcome
 from bus.protocol.inbox import TokenState
 from bus.storage import NotFound, Storage, TableOp, TransientError
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import base64
 
-from bus import Bus, Command, Context, Endpoint, Outcome
+from bus import Bus, Command, Context, Endpoint
 from bus.hosting.functions.trigger import QueueTrigger
+from bus.protocol.delivery import Outcome
 from bus.storage import Storage
 
 

@@ -6,8 +6,9 @@ from datetime import datetime, timezone
 import pytest
 
 from bus.envelope import BadSignal, Envelope, decode_signal, encode_signal
+from bus.errors import NamingError
 from bus.ids import derived_message_id
-from bus.naming import Names, NamingError
+from bus.naming import Names
 
 
 def envelope(**changes: object) -> Envelope:

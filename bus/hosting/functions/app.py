@@ -21,7 +21,8 @@ import azure.durable_functions as df
 import azure.functions as func
 
 from bus.bus import Bus
-from bus.endpoint import ConfigurationError, Endpoint
+from bus.endpoint import Endpoint
+from bus.errors import ConfigurationError
 from bus.hosting.functions.config import AppConfig
 from bus.hosting.functions.trigger import QueueTrigger
 from bus.messages import Message

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bus.endpoint import ConfigurationError
+from bus.errors import ConfigurationError
 from bus.naming import PREFIX_PATTERN
 from bus.storage import Storage
 

@@ -15,12 +15,13 @@ from typing import Any
 
 from bus.bus import Bus
 from bus.envelope import ID_PATTERN
+from bus.errors import BusError, NamingError
 from bus.messages import Command, Event, Message, topic_of
-from bus.naming import NamingError, check_endpoint
+from bus.naming import check_endpoint
 from bus.storage import Storage
 
 
-class OptionError(ValueError):
+class OptionError(BusError, ValueError):
     """An option is missing or wrong; the message names it and says what to do."""
 
 

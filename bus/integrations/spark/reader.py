@@ -37,13 +37,13 @@ from typing import Any
 
 from bus.bus import Bus
 from bus.envelope import BadSignal, Envelope, PayloadRef, decode_signal
+from bus.errors import PayloadError
 from bus.integrations.spark.options import OptionError
 from bus.integrations.spark.staging import MARKER, StagedRow, Staging, retried
 from bus.messages import Message
 from bus.protocol.bundles import Part, parts
 from bus.protocol.inbox import Token
 from bus.protocol.verdict import Verdict, verdict
-from bus.serialization import PayloadError
 from bus.storage import EntityValue, NotFound, QueueMessage
 
 log = logging.getLogger("bus.spark")

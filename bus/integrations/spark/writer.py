@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from bus.bus import Bus
+from bus.errors import BusError
 from bus.ids import BUS_NAMESPACE
 from bus.integrations.spark.options import OptionError, WriteOptions, message_id_ok
 from bus.integrations.spark.staging import StagedRow, Staging, retried
@@ -39,11 +40,11 @@ log = logging.getLogger("bus.spark")
 _STAGE_CHUNK = 100  # rows per staging transaction
 
 
-class RowError(ValueError):
+class RowError(BusError, ValueError):
     """A row cannot become a message; the message says which row and why."""
 
 
-class StagingError(RuntimeError):
+class StagingError(BusError, RuntimeError):
     """A committed task's staging is not what it reported (should not happen: a bug or a
     staging table changed by hand)."""
 

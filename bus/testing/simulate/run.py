@@ -10,8 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from bus import Bus, Envelope, Settings
+from bus import Bus, Settings
 from bus.adapters.memory import InMemoryStorage
+from bus.envelope import Envelope
 from bus.hosting.worker import Worker
 from bus.protocol.delivery import Handoff
 from bus.protocol.inbox import Token, TokenState, finished
