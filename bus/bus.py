@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from bus.addressing import Addressing
-from bus.context import seconds
+from bus.context import check_key, seconds
 from bus.endpoint import Endpoint, check_middleware
 from bus.envelope import Envelope
-from bus.errors import NotProvisioned, SendFailed
+from bus.errors import NotProvisioned, SendFailed, StateError
 from bus.hosting.retry import transient_retries
 from bus.ids import IdFactory, random_id
 from bus.messages import Command, Event, Message, require_command, require_event
@@ -31,7 +31,7 @@ from bus.protocol.driver import OutboxDriver
 from bus.protocol.handling import Handling
 from bus.protocol.inbox import Inbox
 from bus.protocol.ledger import Ledger
-from bus.protocol.outbox import Outbox
+from bus.protocol.outbox import RESERVED_PREFIX, Outbox
 from bus.protocol.payloads import Payloads
 from bus.protocol.poison import PoisonQueue
 from bus.protocol.poisoning import Poisoning
@@ -45,7 +45,7 @@ from bus.protocol.topics import Topics
 from bus.retry import backoff
 from bus.serialization import JsonSerializer, Serializer
 from bus.settings import Settings
-from bus.storage import Entity, Missing, NotFound, Storage
+from bus.storage import Entity, EntityValue, Missing, NotFound, Storage
 from bus.topology import Topology
 
 _PAUSE_KEY = ("~bus", "~pause")  # a row key users cannot write (state keys never start with ~)
@@ -307,6 +307,21 @@ class Bus:
         return DeadLetters(endpoint=self.topology.endpoint(endpoint).name, names=self.names,
                            queues=self.storage.queues, inbox=self.inbox,
                            payloads=self.payloads, clock=self.clock)
+
+    def read_state(self, endpoint: str, partition: str, key: str) -> dict[str, EntityValue] | None:
+        """One state row of ``endpoint``, as its handlers' last commit left it (None: no such
+        row) - for reports, tools and tests; reads only. A handler reads its own partition
+        through ``ctx.state`` instead: that read is part of its claim."""
+        check_key("partition key", partition)
+        check_key("state key", key)
+        if key.startswith(RESERVED_PREFIX):
+            raise StateError(f"state keys starting with {RESERVED_PREFIX!r} are reserved")
+        try:
+            row = self.storage.tables.get(self.names.state_table(
+                self.topology.endpoint(endpoint).name), partition, key)
+        except NotFound:
+            return None
+        return dict(row.properties)
 
     def deferred(self, endpoint: str) -> Deferrals:
         """The messages ``endpoint``'s handlers deferred: list, fetch by id, release."""

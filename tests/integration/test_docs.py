@@ -43,3 +43,14 @@ def test_settlement_md_examples_run(azurite_connection: str, prefix: str, title:
     program = examples("settlement.md")[title]
     exec(program, {"STORAGE": AzureStorage.from_connection_string(azurite_connection),
                    "PREFIX": prefix, "__name__": "docs_example"})
+
+
+def test_operating_md_has_its_examples() -> None:
+    assert sorted(examples("operating.md")) == ["maintenance", "read-state", "routes"]
+
+
+@pytest.mark.parametrize("title", ["maintenance", "routes", "read-state"])
+def test_operating_md_examples_run(azurite_connection: str, prefix: str, title: str) -> None:
+    program = examples("operating.md")[title]
+    exec(program, {"STORAGE": AzureStorage.from_connection_string(azurite_connection),
+                   "PREFIX": prefix, "__name__": "docs_example"})
