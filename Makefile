@@ -58,7 +58,7 @@ DEMO_ORDERS ?= 1000
 demo: setup
 	$(PY) -m devhost.demo --orders $(DEMO_ORDERS)
 
-# Benchmarks (issue 6): each scenario on a fresh Azurite; the last line printed is JSON.
+# Benchmarks: each scenario on a fresh Azurite; the last line printed is JSON.
 # Full: about 5 minutes, writes bench/results/latest.md; QUICK=1: under 3, bench/results/quick.md.
 QUICK ?=
 bench: setup

@@ -1,4 +1,4 @@
-"""``python -m bench``: run the scenarios of issue 6, write the results file, print the JSON.
+"""``python -m bench``: run the scenarios, write the results file, print the JSON.
 
     python -m bench                    # full run (about 5 minutes): bench/results/latest.md
     python -m bench --quick            # under 3 minutes: bench/results/quick.md

@@ -16,7 +16,7 @@ IDLE = ("queue", "receive_empty")
 """Empty receives: the cost of idle polling, which depends on the load and the poll interval,
 not on what moving a message takes. Reported, but not part of the per-hop count."""
 
-# The keys issue 6 requires of the JSON line, in order.
+# The keys of the JSON line (docs/performance.md), in order.
 REQUIRED = ("raw_hop_msgs_per_s", "eo_hop_msgs_per_s", "eo_to_raw_ratio", "fanout3_msgs_per_s",
             "kombu_msgs_per_s", "ops_per_eo_hop", "usd_per_million_eo_hops", "p50_ms",
             "p99_ms")

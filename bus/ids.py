@@ -1,7 +1,7 @@
 """Identifiers: random attempt ids, deterministic message ids.
 
 A message sent from a handler gets an id derived from the incoming message id and the send's
-position in the handler (SafeBunny's "continuation marker", seed 003 section 7), so re-running the
+position in the handler (the "continuation marker" idea of the SafeBunny library), so re-running the
 handler after a crash produces the same ids.
 """
 

@@ -45,7 +45,7 @@ class Settings(BaseModel):
     """Tries per storage call of a send from outside a handler before it raises."""
     max_in_flight_sends: int = Field(32, ge=1)
     """Storage calls that put messages on their way (tokens, payloads, signals) at once per
-    ``Bus``, across all threads; more wait their turn (seed 002's semaphore)."""
+    ``Bus``, across all threads; more wait their turn (a semaphore)."""
     depth_check_seconds: float = Field(1.0, ge=0)
     """How long a bounded queue's depth is trusted before it is read again
     (``bus.protocol.backpressure``)."""

@@ -1,4 +1,4 @@
-"""The scenarios of issue 6, one module each, in the order they run.
+"""The benchmark's scenarios, one module each, in the order they run.
 
 Each module's ``run(cfg)`` starts its own fresh Azurite (Azurite slows down as deleted messages
 and queue depth pile up, so no scenario inherits another's leftovers), checks its result, and

@@ -1,6 +1,6 @@
 """Inbox tokens: one row per in-flight message copy, created by the sender before the signal.
 
-The inbox is inverted (seed 000): it holds the messages that are *not yet* processed, keyed by
+The inbox is inverted: it holds the messages that are *not yet* processed, keyed by
 attempt id, so its size equals the number of messages in flight. A receiver processes a copy only
 while its token is live, and consumes (deletes) the token once the effect is committed.
 
