@@ -1,7 +1,8 @@
 """The topology: endpoints, where each command goes, and who subscribes to each topic.
 
-It is derived from the handlers (as the SafeBunny library derives its topology from node and type): an endpoint
-that handles a command owns it; an endpoint that handles an event subscribes to its topic.
+It is derived from the handlers (as the SafeBunny library derives its topology from node and
+type): an endpoint that handles a command owns it; an endpoint that handles an event subscribes
+to its topic.
 Commands owned by endpoints outside this app are declared with ``routes``.
 """
 
