@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bus.adapters.select import open_storage
 from bus.errors import ConfigurationError
 from bus.naming import PREFIX_PATTERN
 from bus.storage import Storage
@@ -88,12 +89,14 @@ class AppConfig:
         return list(self.hosted)
 
     def storage(self) -> Storage:
-        """Clients for the configured account (no request is made here)."""
+        """The configured backend (``bus.adapters.select``: a connection string, or
+        ``memory:`` for the in-memory one), or the account with an identity; no request is
+        made here."""
         from bus.adapters.azure import AzureStorage
 
         value = self.environ.get(self.connection)
         if value:
-            return AzureStorage.from_connection_string(value)
+            return open_storage(value, name=f"app setting {self.connection!r}")
         account = self.environ[f"{self.connection}__accountName"]
         client_id = self.environ.get(f"{self.connection}__clientId")
         if not client_id:

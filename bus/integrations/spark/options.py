@@ -13,9 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from bus.adapters.select import open_storage
 from bus.bus import Bus
 from bus.envelope import ID_PATTERN
-from bus.errors import BusError, NamingError
+from bus.errors import BusError, ConfigurationError, NamingError
 from bus.messages import Command, Event, Message, topic_of
 from bus.naming import check_endpoint
 from bus.storage import Storage
@@ -47,7 +48,11 @@ class Connection:
         from bus.adapters.azure import AzureStorage
 
         if self.connection_string is not None:
-            return AzureStorage.from_connection_string(self.connection_string)
+            try:
+                return open_storage(self.connection_string,
+                                    name="the option 'connection_string'")
+            except ConfigurationError as exc:
+                raise OptionError(str(exc)) from None
         assert self.account_name is not None
         return AzureStorage.from_account(self.account_name)
 
