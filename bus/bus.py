@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import random as _random
-import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from datetime import timedelta
@@ -17,7 +14,6 @@ from bus.endpoint import Endpoint, check_middleware
 from bus.envelope import Envelope
 from bus.errors import NotProvisioned, SendFailed, StateError
 from bus.hosting.retry import transient_retries
-from bus.ids import IdFactory, random_id
 from bus.messages import Command, Event, Message, require_command, require_event
 from bus.middleware import Middleware, Outgoing, SendNext, sending_chain
 from bus.naming import Names
@@ -36,13 +32,12 @@ from bus.protocol.payloads import Payloads
 from bus.protocol.poison import PoisonQueue
 from bus.protocol.poisoning import Poisoning
 from bus.protocol.receive import Receiver
-from bus.protocol.safeguards import Safeguards
 from bus.protocol.send import Sender
-from bus.protocol.sendgroup import Gate
 from bus.protocol.slotcache import SlotCache
 from bus.protocol.sweeper import Sweeper
 from bus.protocol.topics import Topics
 from bus.retry import backoff
+from bus.seams import Seams
 from bus.serialization import JsonSerializer, Serializer
 from bus.settings import Settings
 from bus.storage import Entity, EntityValue, Missing, NotFound, Storage
@@ -64,22 +59,19 @@ class Bus:
 
     ``middleware`` runs around every handler and every send, outside each endpoint's own
     (``bus.middleware``). ``max_queue_depths`` bounds the queues of endpoints this app sends to
-    but does not define (an endpoint's own ``max_queue_depth`` wins). ``clock``, ``new_id``,
-    ``sleep``, ``random`` and ``gate`` (what concurrent senders wait on,
-    ``bus.protocol.sendgroup``) are injectable so the simulation can make runs deterministic;
-    leave them alone otherwise.
+    but does not define (an endpoint's own ``max_queue_depth`` wins). ``seams``
+    (``bus.seams``) replaces the clock, ids, sleeps and safeguards for the simulation and
+    for tests that move time; leave it alone otherwise.
     """
 
     def __init__(self, storage: Storage, endpoints: Sequence[Endpoint] = (), *,
                  prefix: str = "", routes: Mapping[type[Message] | str, str] | None = None,
                  settings: Settings | None = None, serializer: Serializer | None = None,
-                 clock: Callable[[], float] = time.time, new_id: IdFactory = random_id,
-                 sleep: Callable[[float], None] = time.sleep,
-                 safeguards: Safeguards | None = None,
-                 random: Callable[[], float] = _random.random,
                  middleware: Sequence[Middleware] = (),
                  max_queue_depths: Mapping[str, int] | None = None,
-                 gate: Callable[[], Gate] = threading.Event) -> None:
+                 seams: Seams | None = None) -> None:
+        seams = seams or Seams()
+        clock, new_id, sleep, gate = seams.clock, seams.new_id, seams.sleep, seams.gate
         self.storage = storage
         self.middleware = check_middleware("Bus", middleware)
         self.names = Names(prefix)
@@ -90,7 +82,7 @@ class Bus:
         self.serializer: Serializer = serializer or JsonSerializer()
         self.clock = clock
         self.new_id = new_id
-        self.safeguards = safeguards or Safeguards()
+        self.safeguards = seams.safeguards
         self.topics = Topics(storage.blobs, self.names.topic_container)
         self.inbox = Inbox(storage.tables, self.names.tokens_table)
         self.payloads = Payloads(storage.blobs, self.names.payload_container)
@@ -107,7 +99,7 @@ class Bus:
                               fence=self.safeguards.fence_unknown_sends)
         self._receivers: dict[str, Receiver] = {}
         self._sleep = sleep
-        self._random = random
+        self._random = seams.random
         self.ledger = Ledger(tables=storage.tables, table=self.names.ledger_table,
                              dispatcher_for=self._dispatcher, clock=clock, new_id=new_id,
                              safeguards=self.safeguards)

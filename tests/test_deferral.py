@@ -8,6 +8,7 @@ import pytest
 from bus import Bus, Command, Context, Endpoint, Event, Settings
 from bus.hosting.worker import Worker
 from bus.protocol.inbox import TokenState
+from bus.seams import Seams
 from bus.storage import Entity, NotFound, Storage
 from bus.testing import drain
 
@@ -49,7 +50,7 @@ def build(storage: Storage, prefix: str, clock: Clock | None = None) -> Bus:
         if waiting:
             ctx.release_deferred(str(waiting["ship"]))
 
-    bus = Bus(storage, [orders], prefix=prefix, clock=clock or Clock(),
+    bus = Bus(storage, [orders], prefix=prefix, seams=Seams(clock=clock or Clock()),
               settings=Settings(release_resend_seconds=60))
     bus.provision()
     return bus

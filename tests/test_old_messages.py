@@ -10,6 +10,7 @@ from datetime import timedelta
 from bus import Bus, Command, Context, Endpoint
 from bus.adapters.memory import InMemoryStorage
 from bus.hosting.worker import Worker
+from bus.seams import Seams
 from tests.test_scheduling import _Clock
 
 DAY = 24 * 3600.0
@@ -27,7 +28,7 @@ def build(clock: _Clock) -> tuple[Bus, list[str]]:
     def remind(message: Remind, ctx: Context) -> None:
         reminded.append(message.ref)
 
-    bus = Bus(InMemoryStorage(hooks=clock), [desk], prefix="p", clock=clock.now)
+    bus = Bus(InMemoryStorage(hooks=clock), [desk], prefix="p", seams=Seams(clock=clock.now))
     bus.provision()
     return bus, reminded
 

@@ -12,6 +12,7 @@ from bus import Bus, Settings
 from bus.adapters.memory import Fault
 from bus.protocol.inbox import TokenState
 from bus.protocol.poison import PoisonEntry
+from bus.seams import Seams
 from bus.storage import Storage
 from bus.testing import InMemoryStorage, drain
 from tests.orderflow import Flaky, OrderPlaced, PlaceOrder, build, state
@@ -188,7 +189,7 @@ def test_send_once_finishes_what_an_interrupted_call_left(where: tuple[str, str]
 
 def test_send_once_forgets_after_the_retention_window() -> None:
     clock = [1000.0]
-    bus = build(InMemoryStorage(), "p", clock=lambda: clock[0])
+    bus = build(InMemoryStorage(), "p", seams=Seams(clock=lambda: clock[0]))
     bus.publish_once(OrderPlaced(order_id="o3", amount=1), message_id="e-3")
     clock[0] += 10
     assert bus.ledger.forget(older_than=60) == 0

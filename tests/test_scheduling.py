@@ -12,6 +12,7 @@ import pytest
 from bus import Bus, Command, Context, Endpoint
 from bus.adapters.memory import Fault
 from bus.hosting.worker import Worker
+from bus.seams import Seams
 from bus.storage import NotFound, Storage
 from bus.testing import InMemoryStorage
 
@@ -84,7 +85,7 @@ class _Clock:
 
 def test_a_delay_beyond_the_queue_limit_is_put_back_until_due() -> None:
     clock = _Clock()
-    bus = build(InMemoryStorage(hooks=clock), "p", clock=clock.now)
+    bus = build(InMemoryStorage(hooks=clock), "p", seams=Seams(clock=clock.now))
     worker = Worker(bus, "desk")
     bus.send(Remind(ref="later"), delay=timedelta(days=9))
     clock.t += 7 * 24 * 3600  # the longest a queue can hide a message: it shows up early

@@ -11,6 +11,7 @@ from typing import Any
 
 from bus import Bus, Command, Context, Endpoint, Settings
 from bus.protocol.sendgroup import Gate
+from bus.seams import Seams
 from bus.storage import Storage, TableOp, TransientError
 from bus.testing import drain
 from bus.testing.counting import counting_storage
@@ -32,7 +33,7 @@ def build(storage: Storage, prefix: str, *, group: bool = True,
         ctx.state.put("n", {"n": int(row["n"] or 0) + 1})
 
     bus = Bus(storage, [counter], prefix=prefix, settings=Settings(group_sends=group),
-              gate=gate)
+              seams=Seams(gate=gate))
     bus.provision()
     return bus
 

@@ -9,10 +9,11 @@
 """
 
 from bus.adapters.memory import Fault, FaultHooks, InMemoryStorage, NoFaults
+from bus.seams import Seams
 from bus.testing.counting import OpCounter, counting_storage
 from bus.testing.drain import Drained, MessagesPoisoned, drain
 from bus.testing.transport import DuplicatingQueues, with_duplicates
 
 __all__ = ["Drained", "DuplicatingQueues", "Fault", "FaultHooks", "InMemoryStorage",
-           "MessagesPoisoned", "NoFaults", "OpCounter", "counting_storage", "drain",
+           "MessagesPoisoned", "NoFaults", "OpCounter", "Seams", "counting_storage", "drain",
            "with_duplicates"]

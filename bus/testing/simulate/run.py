@@ -20,6 +20,7 @@ from bus.protocol.outbox import Outbox
 from bus.protocol.poison import PoisonEntry
 from bus.protocol.records import Phase
 from bus.protocol.safeguards import Safeguards
+from bus.seams import Seams
 from bus.storage import StorageError
 from bus.testing.simulate.functions import FunctionsHost, operator, orchestrator
 from bus.testing.simulate.workload import EXPECTED, LARGE, Knobs, Start, build
@@ -71,9 +72,10 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
 
     def new_bus() -> Bus:
         return Bus(storage, build(knobs, world.rng.random, world.new_id), prefix="sim",
-                   settings=settings, clock=world.now, new_id=world.new_id,
-                   sleep=world.sleep, safeguards=safeguards, random=world.rng.random,
-                   gate=lambda: Gate(world))
+                   settings=settings, seams=Seams(
+                       clock=world.now, new_id=world.new_id, sleep=world.sleep,
+                       safeguards=safeguards or Safeguards(), random=world.rng.random,
+                       gate=lambda: Gate(world)))
 
     bus = new_bus()
     bus.provision()

@@ -1,0 +1,30 @@
+"""What the simulation and time-travelling tests replace in a Bus: its clock, its ids, its
+sleeps and random draws, its safeguards and what concurrent senders wait on.
+
+Leave them alone in production: ``Bus(..., seams=Seams(clock=...))`` exists so that a run of
+``bus.testing.simulate`` replays exactly from its seed, a test can move time by days, and a
+safeguard can be switched off to show that it is needed (``bus.protocol.safeguards``).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from bus.ids import IdFactory, random_id
+from bus.protocol.safeguards import Safeguards
+from bus.protocol.sendgroup import Gate
+
+
+@dataclass(frozen=True)
+class Seams:
+    clock: Callable[[], float] = time.time
+    new_id: IdFactory = random_id
+    sleep: Callable[[float], None] = time.sleep
+    random: Callable[[], float] = random.random
+    safeguards: Safeguards = field(default_factory=Safeguards)
+    gate: Callable[[], Gate] = threading.Event
+    """What a sender waits on while another flushes its group (``bus.protocol.sendgroup``)."""
