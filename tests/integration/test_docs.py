@@ -38,19 +38,15 @@ def test_settlement_md_has_its_examples() -> None:
     assert sorted(examples("settlement.md")) == ["back-pressure", "deferral", "middleware"]
 
 
-@pytest.mark.parametrize("title", ["middleware", "deferral", "back-pressure"])
-def test_settlement_md_examples_run(azurite_connection: str, prefix: str, title: str) -> None:
-    program = examples("settlement.md")[title]
+@pytest.mark.parametrize(("doc", "title"), [
+    ("settlement.md", "middleware"), ("settlement.md", "deferral"),
+    ("settlement.md", "back-pressure"), ("operating.md", "maintenance"),
+    ("operating.md", "routes"), ("operating.md", "read-state")])
+def test_examples_run(azurite_connection: str, prefix: str, doc: str, title: str) -> None:
+    program = examples(doc)[title]
     exec(program, {"STORAGE": AzureStorage.from_connection_string(azurite_connection),
                    "PREFIX": prefix, "__name__": "docs_example"})
 
 
 def test_operating_md_has_its_examples() -> None:
     assert sorted(examples("operating.md")) == ["maintenance", "read-state", "routes"]
-
-
-@pytest.mark.parametrize("title", ["maintenance", "routes", "read-state"])
-def test_operating_md_examples_run(azurite_connection: str, prefix: str, title: str) -> None:
-    program = examples("operating.md")[title]
-    exec(program, {"STORAGE": AzureStorage.from_connection_string(azurite_connection),
-                   "PREFIX": prefix, "__name__": "docs_example"})
