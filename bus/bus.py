@@ -304,8 +304,8 @@ class Bus:
         """One state row of ``endpoint``, as its handlers' last commit left it (None: no such
         row) - for reports, tools and tests; reads only. A handler reads its own partition
         through ``ctx.state`` instead: that read is part of its claim."""
-        check_key("partition key", partition)
-        check_key("state key", key)
+        check_key("partition key", partition, self.storage.tables.limits)
+        check_key("state key", key, self.storage.tables.limits)
         if key.startswith(RESERVED_PREFIX):
             raise StateError(f"state keys starting with {RESERVED_PREFIX!r} are reserved")
         try:
@@ -351,7 +351,8 @@ class Bus:
         return Outbox(self.storage.tables, self.names.state_table(endpoint))
 
     def poison_queue(self, endpoint: str) -> PoisonQueue:
-        return PoisonQueue(self.storage.queues, self.names.poison_queue(endpoint), endpoint)
+        return PoisonQueue(self.storage.queues, self.names.poison_queue(endpoint), endpoint,
+                           blobs=self.storage.blobs, container=self.payloads.container)
 
     # -- maintenance -----------------------------------------------------------------------
     def sweeper(self) -> Sweeper:

@@ -13,10 +13,11 @@ from bus.ids import derived_message_id
 from bus.messages import Command, Event, Message, require_command, require_event
 from bus.middleware import Middleware, Outgoing, sending_chain
 from bus.protocol.outbox import RESERVED_PREFIX
-from bus.storage import Entity, EntityValue, NotFound, TableOp, Tables
+from bus.storage import Entity, EntityValue, NotFound, Refused, TableOp, Tables
+from bus.storage.limits import StorageLimits, check_entity
+from bus.storage.limits import check_key as check_storage_key
 
 Row = dict[str, EntityValue]
-_FORBIDDEN_KEY_CHARS = set("/\\#?")
 _RESERVED_PROPERTIES = {"PartitionKey", "RowKey", "Timestamp", "etag", "odata.etag"}
 
 
@@ -27,12 +28,15 @@ def seconds(delay: float | timedelta) -> float:
     return delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
 
 
-def check_key(kind: str, key: str) -> str:
-    if not isinstance(key, str) or not key or len(key) > 512:
-        raise StateError(f"{kind} must be a non-empty string of at most 512 characters: {key!r}")
-    if _FORBIDDEN_KEY_CHARS & set(key) or any(ord(c) < 32 or 127 <= ord(c) < 160 for c in key):
-        raise StateError(f"{kind} {key!r} contains a character Table Storage forbids "
-                         "(/ \\ # ? or a control character)")
+def check_key(kind: str, key: str, limits: StorageLimits) -> str:
+    """``key`` if it can be a partition or state key (non-empty, and a key the table service
+    accepts: ``limits``), else StateError saying why."""
+    if not isinstance(key, str) or not key:
+        raise StateError(f"{kind} must be a non-empty string: {key!r}")
+    try:
+        check_storage_key(kind, key, limits)
+    except Refused as exc:
+        raise StateError(str(exc)) from exc
     return key
 
 
@@ -68,10 +72,17 @@ class PartitionState:
         return dict(row) if row is not None else None
 
     def put(self, key: str, values: Mapping[str, EntityValue]) -> None:
+        """Write the row ``key`` (when the handler returns). StateError for a row the table
+        cannot hold: a reserved property name, too many properties, a value too large or out
+        of range, the row over an entity's size (``StorageLimits``)."""
         key = self._check(key)
         bad = _RESERVED_PROPERTIES & set(values)
         if bad:
             raise StateError(f"property names {sorted(bad)} are reserved by Table Storage")
+        try:
+            check_entity(Entity(self.partition, key, dict(values)), self._tables.limits)
+        except Refused as exc:
+            raise StateError(f"state row {key!r} cannot be stored: {exc}") from exc
         self._written[key] = dict(values)
 
     def delete(self, key: str) -> None:
@@ -86,12 +97,14 @@ class PartitionState:
                 ops.append(TableOp("replace", Entity(self.partition, key, row)))
             elif self._read.get(key) is not None:
                 ops.append(TableOp("delete", Entity(self.partition, key)))
-        if len(ops) > 99:
-            raise StateError(f"a handler may change at most 99 rows per message, not {len(ops)}")
+        most = self._tables.limits.transaction_operations - 1  # and the outbox slot
+        if len(ops) > most:
+            raise StateError(f"a handler may change at most {most} rows per message, not "
+                             f"{len(ops)}")
         return ops
 
     def _check(self, key: str) -> str:
-        check_key("state key", key)
+        check_key("state key", key, self._tables.limits)
         if key.startswith(RESERVED_PREFIX):
             raise StateError(f"state keys starting with {RESERVED_PREFIX!r} are reserved")
         return key

@@ -19,8 +19,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from bus.errors import UnreadableVersion
 from bus.versions import ENVELOPE
 
-# A queue message holds 64 KiB of text; base64 turns 3 bytes into 4 characters.
-MAX_SIGNAL_BYTES = 49_152
 ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"
 
 
@@ -86,16 +84,15 @@ def payload_text(data: bytes, text: bool) -> tuple[str, Literal["utf-8", "base64
     return base64.b64encode(data).decode("ascii"), "base64"
 
 
-def fits_signal(envelope: Envelope) -> bool:
-    return len(envelope.to_json().encode("utf-8")) <= MAX_SIGNAL_BYTES
+def fits_signal(envelope: Envelope, capacity: int) -> bool:
+    """Whether the envelope, as JSON, is at most ``capacity`` bytes: what a queue message
+    carries once base64-encoded (``StorageLimits.signal_bytes``)."""
+    return len(envelope.to_json().encode("utf-8")) <= capacity
 
 
 def encode_signal(envelope: Envelope) -> str:
-    raw = envelope.to_json().encode("utf-8")
-    if len(raw) > MAX_SIGNAL_BYTES:
-        raise ValueError(f"envelope of {len(raw)} bytes does not fit a queue message; "
-                         "move the payload to a blob first")
-    return base64.b64encode(raw).decode("ascii")
+    """The queue body of a signal (the queue refuses one over its limit: ``fits_signal``)."""
+    return base64.b64encode(envelope.to_json().encode("utf-8")).decode("ascii")
 
 
 _BUNDLE_HEAD = '{"bus":1,"bundle":['
@@ -108,8 +105,6 @@ def encode_bundle(signals: Sequence[str]) -> str:
     """One queue message body carrying several signals: ``signals`` are envelope JSON texts
     (as ``Envelope.to_json``), all for the same queue. See docs/envelope.md, "Bundles"."""
     raw = (_BUNDLE_HEAD + ",".join(signals) + _BUNDLE_TAIL).encode("utf-8")
-    if len(raw) > MAX_SIGNAL_BYTES:
-        raise ValueError(f"a bundle of {len(raw)} bytes does not fit a queue message")
     return base64.b64encode(raw).decode("ascii")
 
 
@@ -162,15 +157,15 @@ def carried_deliveries(raw: bytes) -> tuple[bytes, int]:
     return _dumps(document), count
 
 
-def with_deliveries(raw: bytes, deliveries: int) -> bytes | None:
+def with_deliveries(raw: bytes, deliveries: int, capacity: int) -> bytes | None:
     """The envelope JSON ``raw`` carrying ``deliveries`` (none when 0), or None when ``raw``
-    is not a JSON object or the result would not fit a queue message."""
+    is not a JSON object or the result would be over ``capacity`` bytes (``fits_signal``)."""
     document = _object(raw)
     if document is None:
         return None
     document.pop(DELIVERIES, None)
     annotated = _dumps({**document, DELIVERIES: deliveries} if deliveries > 0 else document)
-    return annotated if len(annotated) <= MAX_SIGNAL_BYTES else None
+    return annotated if len(annotated) <= capacity else None
 
 
 def _object(raw: bytes) -> dict[str, object] | None:

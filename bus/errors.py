@@ -20,6 +20,8 @@
         │       └── NotProvisioned  a send before the bus's storage was provisioned
         ├── Conflict         a create found the item there (409)
         ├── PreconditionFailed  a conditional write found another ETag (412)
+        ├── Refused          the service refused the request as invalid (400): nothing written
+        │   └── TooLarge     an item over one of the service's size limits (413, or 400)
         ├── TransientError   the outcome is unknown: safe to retry, the protocol reads back
         │   └── Throttled    the service is busy (``retry_after``)
         ├── QueueFull        a destination's queue is at its configured depth: try later
@@ -124,6 +126,19 @@ class Conflict(StorageError):
 
 class PreconditionFailed(StorageError):
     """A conditional write found a different ETag (HTTP 412): someone else changed the item."""
+
+
+class Refused(StorageError):
+    """The service refused the request as invalid (HTTP 400): a key with a forbidden
+    character, a value out of range, too many properties. A definite answer: nothing was
+    written, and the same request will be refused again."""
+
+
+class TooLarge(Refused):
+    """An item over one of the service's size limits (HTTP 413, or a 400 naming the size):
+    a queue message, a property, an entity or a transaction. Nothing was written. The limits
+    are declared by the adapter (``bus.storage.limits``), so the protocol checks before it
+    writes; this is the service's own refusal, for what a check could not foresee."""
 
 
 class TransientError(StorageError):

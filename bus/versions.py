@@ -69,4 +69,6 @@ class Format:
 
 ENVELOPE = Format("envelope", "bus", 1)
 OUTBOX_RECORD = Format("outbox record", "v", 1)
-POISON_ENTRY = Format("poison entry", "v", 1)
+POISON_ENTRY = Format("poison entry", "v", 2, {1: lambda document: document})
+"""Version 2 adds ``entry_ref`` (an entry kept in a blob: ``bus.protocol.poison``); the bus
+writes version 1 for every entry that fits a queue message."""

@@ -12,7 +12,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from bus import Bus, Command, Context, Endpoint, RetryPolicy, Settings
-from bus.envelope import MAX_SIGNAL_BYTES, Envelope, encode_bundle, split_bundle
+from bus.envelope import Envelope, encode_bundle, split_bundle
+from bus.storage.limits import AZURE, check_message
 from bus.hosting.functions.trigger import QueueTrigger
 from bus.protocol.bundles import MAX_PARTS, pack, parts
 from bus.protocol.delivery import HandlerFailed, Outcome
@@ -153,13 +154,13 @@ def test_the_functions_trigger_delivers_every_part(storage: Storage, prefix: str
 # -- packing -------------------------------------------------------------------------------
 def test_pack_keeps_order_and_limits() -> None:
     small = ['{"x":1}'] * (MAX_PARTS + 3)
-    assert [len(g) for g in pack(small)] == [MAX_PARTS, 3]
-    big = ["y" * (MAX_SIGNAL_BYTES // 3)] * 4
-    groups = pack(big)
+    assert [len(g) for g in pack(small, AZURE.signal_bytes)] == [MAX_PARTS, 3]
+    big = ["y" * (AZURE.signal_bytes // 3)] * 4
+    groups = pack(big, AZURE.signal_bytes)
     assert [len(g) for g in groups] == [2, 2]
     assert [i for g in groups for i in g] == [0, 1, 2, 3]
     for group in groups:
-        encode_bundle([big[i] for i in group])  # fits a queue message
+        check_message(encode_bundle([big[i] for i in group]), AZURE)  # fits a queue message
 
 
 def test_a_plain_signal_is_not_a_bundle() -> None:

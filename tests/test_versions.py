@@ -115,12 +115,12 @@ def test_a_format_reads_the_version_before_its_own_and_upgrades_it() -> None:
 def test_a_poison_entry_of_a_newer_version_is_listed_with_the_reason(
         storage: Storage, prefix: str) -> None:
     bus, _ = build(storage, prefix)
-    entry = {"v": 2, "reason": "r", "dequeue_count": 1, "endpoint": "counter",
+    entry = {"v": 3, "reason": "r", "dequeue_count": 1, "endpoint": "counter",
              "poisoned_at": "2026-11-23T00:00:00Z", "original_body": "eA=="}
     body = base64.b64encode(json.dumps(entry).encode()).decode()
     bus.storage.queues.send(bus.names.poison_queue("counter"), body)
     [letter] = bus.dead_letters("counter").entries()
     assert letter.entry.reason == ("a poison entry this bus cannot read: poison entry version "
-                                   "2 is newer than this bus reads (1): upgrade the bus "
+                                   "3 is newer than this bus reads (1, 2): upgrade the bus "
                                    "package where it is read")
     assert letter.entry.original_body == body

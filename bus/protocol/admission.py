@@ -27,6 +27,7 @@ from bus.protocol.safeguards import Safeguards
 from bus.protocol.verdict import Verdict, verdict
 from bus.serialization import Serializer
 from bus.storage import Queues
+from bus.storage.limits import StorageLimits
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class Admission:
         self._queue = queue
         self._clock = clock
         self._safeguards = safeguards
+        self._limits = inbox.limits
 
     @property
     def endpoint(self) -> str:
@@ -70,7 +72,7 @@ class Admission:
         if route is None:
             return self._poisoning.bad(item.body, envelope, problem, item.dequeue_count,
                                        item.ack)
-        if due_in(envelope, self._clock()) > 0:
+        if due_in(envelope, self._clock(), self._queues.limits.longest_delay) > 0:
             return self._not_yet(envelope, item)
         if not self._safeguards.ack_after_commit:
             item.ack()  # the "ack-before-commit" break: a crash from here on loses the message
@@ -91,7 +93,8 @@ class Admission:
         if found is not Verdict.PROCESS:
             item.ack()  # consumed, fenced, parked or deferred: nothing to wait for
             return dropped(found)
-        self._queues.send(self._queue, item.body, delay=due_in(envelope, self._clock()))
+        self._queues.send(self._queue, item.body,
+                          delay=due_in(envelope, self._clock(), self._queues.limits.longest_delay))
         item.ack()
         return Outcome.SCHEDULED
 
@@ -132,15 +135,16 @@ class Admission:
         except PayloadError as exc:
             raise BadSignal(str(exc)) from exc
         try:
-            partition = check_key("partition key", route.partition(message))
+            partition = check_key("partition key", route.partition(message), self._limits)
         except StateError as exc:
             raise BadSignal(str(exc)) from exc
         except Exception as exc:
             raise BadSignal(f"the partition function raised {exc!r}") from exc
-        return Admitted(envelope, route, message, partition, _reads(route, message))
+        return Admitted(envelope, route, message, partition,
+                        _reads(route, message, self._limits))
 
 
-def _reads(route: Route, message: Message) -> tuple[str, ...]:
+def _reads(route: Route, message: Message, limits: StorageLimits) -> tuple[str, ...]:
     """The state keys the route's ``reads`` names for ``message`` (checked like state keys)."""
     if route.reads is None:
         return ()
@@ -153,7 +157,7 @@ def _reads(route: Route, message: Message) -> tuple[str, ...]:
             raise BadSignal(f"the reads function named {key!r}: state keys are strings not "
                             f"starting with {RESERVED_PREFIX!r}")
         try:
-            check_key("state key", key)
+            check_key("state key", key, limits)
         except StateError as exc:
             raise BadSignal(str(exc)) from exc
     return keys

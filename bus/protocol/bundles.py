@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
-from bus.envelope import BUNDLE_OVERHEAD, MAX_SIGNAL_BYTES, split_bundle
+from bus.envelope import BUNDLE_OVERHEAD, split_bundle
 
 
 class Leased(Protocol):
@@ -41,15 +41,16 @@ MAX_PARTS = 32
 bigger piece of work than a batch."""
 
 
-def pack(signals: Sequence[str]) -> list[list[int]]:
-    """Group the envelope JSON texts ``signals`` (all for one queue) into bundles that fit a
-    queue message, in order; returns the indexes of each bundle's signals."""
+def pack(signals: Sequence[str], capacity: int) -> list[list[int]]:
+    """Group the envelope JSON texts ``signals`` (all for one queue) into bundles of at most
+    ``capacity`` bytes (``StorageLimits.signal_bytes``), in order; returns the indexes of
+    each bundle's signals."""
     groups: list[list[int]] = []
     size = 0
     for index, signal in enumerate(signals):
         length = len(signal.encode("utf-8")) + 1
         if not groups or len(groups[-1]) >= MAX_PARTS or \
-                size + length > MAX_SIGNAL_BYTES - BUNDLE_OVERHEAD:
+                size + length > capacity - BUNDLE_OVERHEAD:
             groups.append([])
             size = 0
         groups[-1].append(index)

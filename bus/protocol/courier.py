@@ -33,6 +33,8 @@ class Courier:
         self._clock = clock
         self.room = room
         self._bundles = bundles
+        self._capacity = queues.limits.signal_bytes
+        self._longest_delay = queues.limits.longest_delay
         self.bundled = 0
         """Signals this courier sent in bundles of two or more (a statistic)."""
         self._in_flight = threading.BoundedSemaphore(in_flight)
@@ -46,7 +48,7 @@ class Courier:
         with self._in_flight:
             self.inbox.create(envelope.destination, envelope.attempt_id, envelope.message_id,
                               self._clock(), _due(envelope))
-            if not fits_signal(envelope):
+            if not fits_signal(envelope, self._capacity):
                 self.payloads.put(self.payloads.ref(envelope.destination, envelope.attempt_id),
                                   envelope.inline_payload())
 
@@ -71,7 +73,7 @@ class Courier:
                 for index, etag in zip(indexes, created, strict=True):
                     etags[index] = etag
             for envelope in envelopes:
-                if not fits_signal(envelope):
+                if not fits_signal(envelope, self._capacity):
                     self.payloads.put(
                         self.payloads.ref(envelope.destination, envelope.attempt_id),
                         envelope.inline_payload())
@@ -91,7 +93,7 @@ class Courier:
         with self._in_flight:
             self._queues.send(self._names.queue(envelope.destination),
                               encode_signal(self.signal_form(envelope)),
-                              delay=due_in(envelope, self._clock()))
+                              delay=due_in(envelope, self._clock(), self._longest_delay))
 
     def signal_many(self, envelopes: Sequence[Envelope]) -> list[StorageError | None]:
         """``signal`` for several copies: those due now travel in bundles, one queue message
@@ -105,7 +107,7 @@ class Courier:
         by_destination: dict[str, list[int]] = {}
         now = self._clock()
         for index, envelope in enumerate(envelopes):
-            if self._bundles and due_in(envelope, now) == 0:
+            if self._bundles and due_in(envelope, now, self._longest_delay) == 0:
                 by_destination.setdefault(envelope.destination, []).append(index)
             else:
                 alone.append(index)
@@ -117,7 +119,7 @@ class Courier:
                 for index in indexes:
                     problems[index] = exc
                 continue
-            for group in pack(texts):
+            for group in pack(texts, self._capacity):
                 try:
                     self._send_bundle(destination, [texts[g] for g in group])
                 except StorageError as exc:
@@ -138,8 +140,12 @@ class Courier:
         if len(texts) > 1:
             self.bundled += len(texts)
 
+    def fits(self, envelope: Envelope) -> bool:
+        """Whether the envelope travels inline (else its payload goes to a blob)."""
+        return fits_signal(envelope, self._capacity)
+
     def signal_form(self, envelope: Envelope) -> Envelope:
-        if fits_signal(envelope):
+        if fits_signal(envelope, self._capacity):
             return envelope
         ref = self.payloads.ref(envelope.destination, envelope.attempt_id)
         return envelope.model_copy(update={"payload": None, "payload_ref": ref,
@@ -159,15 +165,12 @@ class Courier:
         self.payloads.delete(self.payloads.ref(destination, attempt_id))
 
 
-MAX_VISIBILITY_DELAY = 7 * 24 * 3600 - 60  # the queue's limit is 7 days; keep a margin
-
-
-def due_in(envelope: Envelope, now: float) -> float:
+def due_in(envelope: Envelope, now: float, longest: float) -> float:
     """Seconds until a scheduled copy is due (0 when it is not scheduled or due already),
-    capped at what a queue's visibility delay allows."""
+    capped at ``longest``, the longest delay its queue allows (``StorageLimits``)."""
     if envelope.not_before is None:
         return 0.0
-    return max(0.0, min(envelope.not_before.timestamp() - now, MAX_VISIBILITY_DELAY))
+    return max(0.0, min(envelope.not_before.timestamp() - now, longest))
 
 
 def _due(envelope: Envelope) -> float | None:

@@ -89,7 +89,8 @@ class DeadLetters:
         self._inbox = inbox
         self._payloads = payloads
         self._clock = clock
-        self._writer = PoisonQueue(queues, self._poison, endpoint)
+        self._writer = PoisonQueue(queues, self._poison, endpoint, blobs=payloads.blobs,
+                                   container=payloads.container)
 
     def adopt(self) -> int:
         """Turn what the Functions host moved here itself into entries of the bus's own (see
@@ -138,6 +139,7 @@ class DeadLetters:
                         if entry.envelope.payload_ref is not None:
                             self._payloads.delete(entry.envelope.payload_ref)
                 self._queues.delete(self._poison, message)
+                self._writer.discard(entry)
                 purged.append(message.id)
         return purged
 
@@ -151,6 +153,7 @@ class DeadLetters:
             found = verdict(token)
             if token is None or found.payload_is_garbage:  # consumed or fenced
                 self._queues.delete(self._poison, message)
+                self._writer.discard(entry)
                 return ReplayResult.STALE
             result = ReplayResult.RESENT  # live, pending or deferred: a copy is harmless
             if found is Verdict.PARKED:
@@ -159,6 +162,7 @@ class DeadLetters:
                 result = ReplayResult.REPLAYED
             self._queues.send(self._queue, _as_sent(entry.original_body))
             self._queues.delete(self._poison, message)
+            self._writer.discard(entry)
             return result
         raise Contention(f"the token of {envelope.message_id} kept changing")
 
@@ -228,7 +232,7 @@ class DeadLetters:
 
     def _entry(self, message: QueueMessage) -> PoisonEntry:
         try:
-            return PoisonEntry.decode(message.body)
+            return self._writer.read(message.body)
         except UnreadableVersion as exc:  # an entry a newer bus wrote: shown, not guessed at
             return self._unknown(message, f"a poison entry this bus cannot read: {exc}", None)
         except (ValueError, binascii.Error):  # the host's, moved here since ``adopt`` ran

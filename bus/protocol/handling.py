@@ -71,7 +71,8 @@ class Handling:
                 outgoing=ctx.outgoing, committed_at=self._clock(),
                 deferred_signal=item.body if ctx.deferred else None, generation=generation,
                 releases=self._releases(ctx))
-            self._outbox.check_size(record)  # too big: the handler's fault, before any token
+            # Too big for storage: the handler's fault, found before any token is created.
+            self._outbox.check_commit(admitted.partition, operations, record)
             return operations, record
         except (StorageError, ClaimLost):
             raise  # infrastructure or a lost race, not the handler's fault

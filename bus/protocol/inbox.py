@@ -45,11 +45,8 @@ from bus.storage import (
     TableOp,
     Tables,
 )
+from bus.storage.limits import StorageLimits, split_text
 
-_BATCH = 100  # operations per entity-group transaction (the Azure limit)
-
-
-_CHUNK = 30_000  # characters per string property (the limit is 64 KiB of UTF-16)
 _INDEX = "~deferred~"  # row key prefix of the deferral index (attempt ids never contain ~)
 
 
@@ -117,7 +114,7 @@ class Inbox:
         message). Attempt ids are fresh, so a 409 means our own earlier request took effect
         (its response was lost) - or the attempt was fenced, which the caller's next
         compare-and-swap on its outbox slot detects."""
-        entity = _entity(Token(endpoint, attempt_id, TokenState.LIVE, message_id, now, "",
+        entity = self._entity(Token(endpoint, attempt_id, TokenState.LIVE, message_id, now, "",
                                due=due))
         with contextlib.suppress(Conflict):
             self._tables.insert(self._table, entity)
@@ -134,12 +131,13 @@ class Inbox:
         record the way a helper does, with fresh ones; pending ones are the sweeper's).
         """
         etags: list[str] = []
-        for start in range(0, len(tokens), _BATCH):
-            ops = [TableOp("insert", _entity(Token(
+        per = self._tables.limits.transaction_operations
+        for start in range(0, len(tokens), per):
+            ops = [TableOp("insert", self._entity(Token(
                 endpoint, attempt_id, TokenState.PENDING if origins else TokenState.LIVE,
                 message_id, now, "", origin=origins[start + i] if origins else None,
                 due=dues[start + i] if dues else None)))
-                for i, (attempt_id, message_id) in enumerate(tokens[start:start + _BATCH])]
+                for i, (attempt_id, message_id) in enumerate(tokens[start:start + per])]
             etags.extend(self._tables.transact(self._table, ops))
         return etags
 
@@ -149,9 +147,10 @@ class Inbox:
         request (one by one when a request fails). A token that changed since (processed,
         parked, deferred) is left as it is: it is not pending any more, which is all this
         promises."""
-        for start in range(0, len(tokens), _BATCH):
-            chunk = tokens[start:start + _BATCH]
-            ops = [TableOp("replace", _entity(Token(endpoint, attempt_id, TokenState.LIVE,
+        per = self._tables.limits.transaction_operations
+        for start in range(0, len(tokens), per):
+            chunk = tokens[start:start + per]
+            ops = [TableOp("replace", self._entity(Token(endpoint, attempt_id, TokenState.LIVE,
                                                     message_id, now, "")), etag)
                    for attempt_id, message_id, etag in chunk]
             try:
@@ -160,6 +159,14 @@ class Inbox:
                 for op in ops:
                     with contextlib.suppress(PreconditionFailed, NotFound):
                         self._tables.replace(self._table, op.entity, etag=op.etag)
+
+    @property
+    def limits(self) -> StorageLimits:
+        """What the inbox table accepts (the table service's limits)."""
+        return self._tables.limits
+
+    def _entity(self, token: Token) -> Entity:
+        return _entity(token, self._tables.limits.property_bytes)
 
     def read(self, endpoint: str, attempt_id: str) -> Token | None:
         try:
@@ -182,8 +189,9 @@ class Inbox:
         if len(attempt_ids) == 1:  # a plain delete: cheaper than a transaction of one
             self.consume(endpoint, attempt_ids[0])
             return
-        for start in range(0, len(attempt_ids), _BATCH):
-            chunk = attempt_ids[start:start + _BATCH]
+        per = self._tables.limits.transaction_operations
+        for start in range(0, len(attempt_ids), per):
+            chunk = attempt_ids[start:start + per]
             try:
                 self._tables.transact(self._table, [
                     TableOp("delete", Entity(endpoint, attempt_id)) for attempt_id in chunk])
@@ -193,7 +201,7 @@ class Inbox:
 
     def fence(self, endpoint: str, attempt_id: str, message_id: str, now: float) -> None:
         """Turn a superseded attempt into a tombstone (whether or not its token exists)."""
-        self._tables.replace(self._table, _entity(
+        self._tables.replace(self._table, self._entity(
             Token(endpoint, attempt_id, TokenState.FENCED, message_id, now, "")))
 
     def park(self, token: Token, now: float, *, orphan: bool = False) -> bool:
@@ -213,7 +221,7 @@ class Inbox:
                        {"attempt_id": token.attempt_id})
         try:
             self._tables.transact(self._table, [
-                TableOp("replace", _entity(deferred), token.etag), TableOp("replace", index)])
+                TableOp("replace", self._entity(deferred), token.etag), TableOp("replace", index)])
         except (PreconditionFailed, NotFound):
             return False
         return True
@@ -224,7 +232,7 @@ class Inbox:
         live = replace(token, state=TokenState.LIVE, since=now,
                        generation=token.generation + 1)
         try:
-            etag = self._tables.replace(self._table, _entity(live), etag=token.etag)
+            etag = self._tables.replace(self._table, self._entity(live), etag=token.etag)
         except (PreconditionFailed, NotFound):
             return None
         return replace(live, etag=etag)
@@ -239,7 +247,7 @@ class Inbox:
 
     def _move(self, token: Token, state: TokenState, now: float) -> bool:
         try:
-            self._tables.replace(self._table, _entity(replace(token, state=state, since=now)),
+            self._tables.replace(self._table, self._entity(replace(token, state=state, since=now)),
                                  etag=token.etag)
         except (PreconditionFailed, NotFound):
             return False
@@ -314,13 +322,13 @@ def _token(row: Entity) -> Token:
                  props.get("orphan") is True)
 
 
-def _entity(token: Token) -> Entity:
+def _entity(token: Token, property_bytes: int) -> Entity:
     properties: dict[str, EntityValue] = {
         "state": token.state.value, "message_id": token.message_id, "since": token.since}
     if token.generation:
         properties["generation"] = token.generation
     if token.signal:
-        chunks = [token.signal[i:i + _CHUNK] for i in range(0, len(token.signal), _CHUNK)]
+        chunks = split_text(token.signal, property_bytes)
         properties["signal_chunks"] = len(chunks)
         properties.update({f"s{i}": chunk for i, chunk in enumerate(chunks)})
     if token.due is not None:

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from bus.errors import RecordTooLarge, UnreadableRecord
+from bus.errors import RecordTooLarge, StateError, UnreadableRecord
 from bus.protocol.records import OutboxRecord
 from bus.storage import (
     Conflict,
@@ -25,31 +25,21 @@ from bus.storage import (
     Missing,
     NotFound,
     PreconditionFailed,
+    Refused,
     TableOp,
     Tables,
 )
+from bus.storage.limits import StorageLimits, check_entity, check_transaction, split_text
 from bus.versions import OUTBOX_RECORD
 
 log = logging.getLogger(__name__)
 
 SLOT_ROW = "~bus.outbox"
 RESERVED_PREFIX = "~"
-_CHUNK = 30_000  # characters per string property (the limit is 64 KiB of UTF-16)
-_MAX_CHUNKS = 30  # an entity holds at most 1 MiB
-READS_PER_CLAIM = 13  # state rows fetched with the slot: one query holds 14 keys (adapter)
-
-
-def claimed_rows(reads: Sequence[str]) -> list[str]:
-    """The state rows a claim fetches with the slot: the first READS_PER_CLAIM distinct ones."""
-    return list(dict.fromkeys(reads))[:READS_PER_CLAIM]
 
 
 class ClaimLost(Exception):
     """The slot changed since it was loaded: another worker got there first."""
-
-
-
-
 
 
 @dataclass(frozen=True)
@@ -68,10 +58,16 @@ class Outbox:
     def __init__(self, tables: Tables, table: str) -> None:
         self._tables = tables
         self._table = table
+        self._limits = tables.limits
+
+    def claimed_rows(self, reads: Sequence[str]) -> list[str]:
+        """The state rows a claim fetches with the slot: the first distinct ones, as many as
+        one request reads with the slot (``StorageLimits.keys_per_read``)."""
+        return list(dict.fromkeys(reads))[:self._limits.keys_per_read - 1]
 
     def load(self, partition: str, reads: Sequence[str] = ()) -> Slot:
-        """The partition's slot, and the state rows ``reads`` names (the first
-        READS_PER_CLAIM of them) fetched in the same request."""
+        """The partition's slot, and the state rows ``reads`` names (``claimed_rows`` of
+        them) fetched in the same request."""
         if not reads:
             try:
                 row = self._tables.get(self._table, partition, SLOT_ROW)
@@ -80,7 +76,7 @@ class Outbox:
             except NotFound:
                 return Slot(partition, None, None)
             return Slot(partition, _decode(row), row.etag)
-        keys = claimed_rows(reads)
+        keys = self.claimed_rows(reads)
         found = self._tables.get_many(self._table, partition, [SLOT_ROW, *keys])
         rows = {key: dict(found[key].properties) if key in found else None for key in keys}
         slot = found.get(SLOT_ROW)
@@ -115,12 +111,20 @@ class Outbox:
             raise ClaimLost(str(exc)) from exc
         return Slot(slot.partition, record, etags[-1])
 
-    @staticmethod
-    def check_size(record: OutboxRecord) -> None:
-        """Raise RecordTooLarge now for a record no slot can hold (with room for the ETags
-        of its outgoing tokens, added when they are created before the commit)."""
-        _encode("", record.placed(("W/\"datetime'0000-00-00T00%3A00%3A00.0000000Z'\"",)
-                                  * len(record.outgoing)))
+    def check_commit(self, partition: str, state_ops: Sequence[TableOp],
+                     record: OutboxRecord) -> None:
+        """Raise now for a commit storage would refuse: RecordTooLarge for a record no slot
+        can hold (with room for the ETags of its outgoing tokens, added when they are created
+        before the commit), StateError for state changes and a record that one transaction
+        cannot carry together."""
+        placeholder = "x" * self._limits.etag_chars
+        slot = self._encode(partition, record.placed((placeholder,) * len(record.outgoing)))
+        try:
+            check_transaction([*state_ops, TableOp("replace", slot)], self._limits)
+        except Refused as exc:
+            raise StateError(
+                f"the state changes and outgoing messages of one handler call are more than "
+                f"one transaction holds ({exc})") from exc
 
     def touch(self, slot: Slot) -> Slot:
         """Rewrite the slot unchanged, by compare-and-swap (create it, empty, when it does not
@@ -128,7 +132,7 @@ class Outbox:
         Raises ClaimLost when the slot changed since ``slot`` was loaded."""
         if slot.etag is None:
             try:
-                etag = self._tables.insert(self._table, _encode(slot.partition, None))
+                etag = self._tables.insert(self._table, self._encode(slot.partition, None))
             except Conflict as exc:
                 raise ClaimLost(str(exc)) from exc
             return Slot(slot.partition, None, etag)
@@ -139,16 +143,15 @@ class Outbox:
 
     def _replace(self, slot: Slot, record: OutboxRecord | None) -> str:
         try:
-            return self._tables.replace(self._table, _encode(slot.partition, record),
+            return self._tables.replace(self._table, self._encode(slot.partition, record),
                                         etag=slot.etag)
         except Missing:
             raise
         except (PreconditionFailed, NotFound) as exc:
             raise ClaimLost(str(exc)) from exc
 
-    @staticmethod
-    def _slot_op(slot: Slot, record: OutboxRecord, cas: bool) -> TableOp:
-        entity = _encode(slot.partition, record)
+    def _slot_op(self, slot: Slot, record: OutboxRecord, cas: bool) -> TableOp:
+        entity = self._encode(slot.partition, record)
         if not cas:
             return TableOp("replace", entity)
         if slot.etag is None:
@@ -156,16 +159,25 @@ class Outbox:
         return TableOp("replace", entity, slot.etag)
 
 
-def _encode(partition: str, record: OutboxRecord | None) -> Entity:
+    def _encode(self, partition: str, record: OutboxRecord | None) -> Entity:
+        return _encode(partition, record, self._limits)
+
+
+def _encode(partition: str, record: OutboxRecord | None, limits: StorageLimits) -> Entity:
+    """The slot row holding ``record``: its JSON in string properties as large as the table
+    allows; RecordTooLarge when the row would be over an entity's limits."""
     text = record.model_dump_json() if record is not None else ""
-    chunks = [text[i:i + _CHUNK] for i in range(0, len(text), _CHUNK)]
-    if len(chunks) > _MAX_CHUNKS:
-        raise RecordTooLarge(
-            f"the outgoing messages of one handler call take {len(text)} characters; an outbox "
-            f"record holds at most {_CHUNK * _MAX_CHUNKS}. Send a reference to data you store "
-            "yourself instead of the data.")
+    chunks = split_text(text, limits.property_bytes)
     properties: dict[str, str | int] = {"chunks": len(chunks)}
     properties.update({f"r{i}": chunk for i, chunk in enumerate(chunks)})
+    entity = Entity(partition or "p", SLOT_ROW, properties)
+    try:
+        check_entity(entity, limits)
+    except Refused as exc:
+        raise RecordTooLarge(
+            f"the outgoing messages of one handler call take {len(text)} characters, more "
+            f"than an outbox record holds ({exc}). Send a reference to data you store "
+            "yourself instead of the data.") from exc
     return Entity(partition, SLOT_ROW, properties)
 
 

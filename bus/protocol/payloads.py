@@ -15,25 +15,27 @@ from bus.storage import Blobs, NotFound
 
 class Payloads:
     def __init__(self, blobs: Blobs, container: str) -> None:
-        self._blobs = blobs
+        self.blobs = blobs
         self.container = container
 
     def ref(self, destination: str, attempt_id: str) -> PayloadRef:
         return PayloadRef(container=self.container, blob=f"{destination}/{attempt_id}")
 
     def put(self, ref: PayloadRef, data: bytes) -> None:
-        self._blobs.write(ref.container, ref.blob, data)
+        self.blobs.write(ref.container, ref.blob, data)
 
     def get(self, ref: PayloadRef) -> bytes | None:
         try:
-            return self._blobs.read(ref.container, ref.blob).data
+            return self.blobs.read(ref.container, ref.blob).data
         except NotFound:
             return None
 
     def delete(self, ref: PayloadRef) -> None:
         with contextlib.suppress(NotFound):
-            self._blobs.delete(ref.container, ref.blob)
+            self.blobs.delete(ref.container, ref.blob)
 
     def refs(self) -> list[PayloadRef]:
+        """The claim checks in the container (not the poison entries kept there:
+        ``bus.protocol.poison``)."""
         return [PayloadRef(container=self.container, blob=name)
-                for name in self._blobs.list(self.container)]
+                for name in self.blobs.list(self.container) if not name.startswith("~")]

@@ -397,8 +397,8 @@ class Receiver:
     def _slot(self, d: Admitted) -> Slot:
         """Step 3: the partition's slot (and declared rows) as this process's last commit of
         it left them, if it remembers that commit (``slotcache``), else as read now."""
-        return self._slots.lookup(d.partition, d.reads) or self._outbox.load(d.partition,
-                                                                            d.reads)
+        rows = self._outbox.claimed_rows(d.reads)
+        return self._slots.lookup(d.partition, rows) or self._outbox.load(d.partition, rows)
 
     def _remember(self, committed: Slot, claimed: Slot, operations: list[TableOp]) -> None:
         """Keep a completed commit's slot for the partition's next claim: only a record in

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from bus.envelope import Envelope, fits_signal
+from bus.envelope import Envelope
 from bus.ids import IdFactory
 from bus.protocol.courier import Courier
 from bus.protocol.sendgroup import Gate, SendGroup, Ticket
@@ -44,7 +44,7 @@ class Sender:
         for envelope in envelopes:
             self._courier.check_room(envelope.destination)
         # A claim-check payload goes alone: its blob upload would hold up the whole group.
-        if self.group is None or not all(fits_signal(e) for e in envelopes):
+        if self.group is None or not all(map(self._courier.fits, envelopes)):
             for envelope in envelopes:
                 self._alone(envelope)
             return

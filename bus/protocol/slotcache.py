@@ -30,7 +30,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from bus.protocol.outbox import Slot, claimed_rows
+from bus.protocol.outbox import Slot
 from bus.storage import EntityValue, TableOp
 
 WINDOW = 64
@@ -57,8 +57,9 @@ class SlotCache:
         self.hits = 0
         self.stale = 0
 
-    def lookup(self, partition: str, reads: Sequence[str]) -> Slot | None:
-        """The remembered slot of ``partition`` if it knows every row ``reads`` names."""
+    def lookup(self, partition: str, rows: Sequence[str]) -> Slot | None:
+        """The remembered slot of ``partition`` if it knows every one of ``rows`` (those a
+        claim reads: ``Outbox.claimed_rows``)."""
         if self.capacity <= 0:
             return None
         with self._lock:
@@ -66,7 +67,7 @@ class SlotCache:
                 self._resting -= 1
                 return None
             slot = self._slots.get(partition)
-            if slot is None or any(key not in slot.rows for key in claimed_rows(reads)):
+            if slot is None or any(key not in slot.rows for key in rows):
                 return None
             self._slots.move_to_end(partition)
             self._used += 1

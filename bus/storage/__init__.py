@@ -11,8 +11,10 @@ from bus.storage.errors import (
     Missing,
     NotFound,
     PreconditionFailed,
+    Refused,
     StorageError,
     Throttled,
+    TooLarge,
     TransientError,
 )
 from bus.storage.ports import (
@@ -38,10 +40,12 @@ __all__ = [
     "PreconditionFailed",
     "QueueMessage",
     "Queues",
+    "Refused",
     "Storage",
     "StorageError",
     "TableOp",
     "Tables",
     "Throttled",
+    "TooLarge",
     "TransientError",
 ]

@@ -13,10 +13,12 @@ from bus.errors import (
     Missing,
     NotFound,
     PreconditionFailed,
+    Refused,
     StorageError,
     Throttled,
+    TooLarge,
     TransientError,
 )
 
-__all__ = ["Conflict", "Missing", "NotFound", "PreconditionFailed", "StorageError",
-           "Throttled", "TransientError"]
+__all__ = ["Conflict", "Missing", "NotFound", "PreconditionFailed", "Refused",
+           "StorageError", "Throttled", "TooLarge", "TransientError"]

@@ -9,7 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
+
+if TYPE_CHECKING:
+    from bus.storage.limits import StorageLimits
 
 EntityValue = str | int | float | bool | bytes | datetime | None
 
@@ -55,11 +58,16 @@ class TableOp:
 
 
 class Queues(Protocol):
+    limits: StorageLimits
+    """What this queue service accepts (``bus.storage.limits``); a request beyond it raises
+    TooLarge or Refused and writes nothing."""
+
     def create_queue(self, queue: str) -> None:
         """Create the queue if it does not exist."""
 
     def send(self, queue: str, body: str, *, delay: float = 0.0) -> None:
-        """Append a message; it becomes visible after ``delay`` seconds. Raises NotFound."""
+        """Append a message; it becomes visible after ``delay`` seconds (at most
+        ``limits.visibility_seconds``); it never expires. Raises NotFound, TooLarge."""
 
     def receive(self, queue: str, *, max_messages: int, lease: float) -> list[QueueMessage]:
         """Lease up to ``max_messages`` (1..32) visible messages for ``lease`` seconds."""
@@ -103,6 +111,10 @@ class Blobs(Protocol):
 
 
 class Tables(Protocol):
+    limits: StorageLimits
+    """What this table service accepts (``bus.storage.limits``); a request beyond it raises
+    TooLarge or Refused and writes nothing."""
+
     def create_table(self, table: str) -> None:
         """Create the table if it does not exist."""
 
@@ -125,7 +137,8 @@ class Tables(Protocol):
         """Delete the row; a missing row is not an error. Raises PreconditionFailed."""
 
     def transact(self, table: str, ops: Sequence[TableOp]) -> list[str]:
-        """Apply up to 100 operations on one partition atomically: all or none.
+        """Apply up to ``limits.transaction_operations`` operations on one partition
+        atomically: all or none. Raises TooLarge or Refused beyond ``limits``.
 
         Returns the new ETag of each operation ("" for a delete). Raises the error of the first
         operation that fails (Conflict, PreconditionFailed or NotFound); then nothing was written.
@@ -134,7 +147,9 @@ class Tables(Protocol):
     def query(self, table: str, partition_key: str | None = None,
               row_key: str | None = None) -> list[Entity]:
         """The rows matching the given keys (all of the table when none is given).
-        For tooling and maintenance, not hot paths."""
+        For tooling and maintenance, not hot paths: the service answers in pages of at most
+        ``limits.query_page`` rows, and the pages are not one snapshot (a row written during
+        the query may be missing, one deleted may still be there)."""
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,12 @@ from bus.storage import (
     Missing,
     NotFound,
     PreconditionFailed,
+    Refused,
     Storage,
     TableOp,
+    TooLarge,
 )
+from bus.storage.limits import StorageLimits
 
 
 class StorageContract:
@@ -191,3 +194,91 @@ class StorageContract:
         assert sorted(e.partition_key for e in storage.tables.query(table, row_key="1")) == [
             "a", "b"]
         assert [e.properties["s"] for e in storage.tables.query(table, "b", "1")] == ["b1"]
+
+    # -- limits: each backend refuses what it declares (bus.storage.limits) ------------------
+    def test_limits_are_declared(self, storage: Storage) -> None:
+        assert isinstance(storage.queues.limits, StorageLimits)
+        assert isinstance(storage.tables.limits, StorageLimits)
+
+    def test_a_queue_message_over_the_limit_is_too_large(self, storage: Storage,
+                                                        name: str) -> None:
+        storage.queues.create_queue(name)
+        most = storage.queues.limits.queue_message_chars
+        storage.queues.send(name, "A" * most)
+        with pytest.raises(TooLarge):
+            storage.queues.send(name, "A" * (most + 1))
+        assert storage.queues.depth(name) == 1
+
+    def test_a_delay_beyond_the_visibility_limit_is_refused(self, storage: Storage,
+                                                           name: str) -> None:
+        storage.queues.create_queue(name)
+        longest = storage.queues.limits.visibility_seconds
+        storage.queues.send(name, "eA==", delay=longest)
+        with pytest.raises(Refused):
+            storage.queues.send(name, "eA==", delay=longest + 1)
+        assert storage.queues.depth(name) == 1
+
+    def test_a_property_is_counted_in_utf16(self, storage: Storage, table: str) -> None:
+        storage.tables.create_table(table)
+        chars = storage.tables.limits.string_chars
+        storage.tables.insert(table, Entity("p", "a", {"s": "x" * chars}))
+        with pytest.raises(TooLarge):
+            storage.tables.insert(table, Entity("p", "b", {"s": "x" * (chars + 1)}))
+        # Outside the BMP a character takes four bytes: half as many fit.
+        storage.tables.insert(table, Entity("p", "c", {"s": "\U0001f600" * (chars // 2)}))
+        with pytest.raises(TooLarge):
+            storage.tables.insert(table, Entity("p", "d", {"s": "\U0001f600" * (chars // 2 + 1)}))
+        assert sorted(e.row_key for e in storage.tables.query(table, "p")) == ["a", "c"]
+
+    def test_an_entity_over_the_limit_is_too_large(self, storage: Storage, table: str) -> None:
+        storage.tables.create_table(table)
+        limits = storage.tables.limits
+        piece = "x" * (limits.string_chars - 10)
+        count = limits.entity_bytes // limits.property_bytes + 1
+        with pytest.raises(TooLarge):
+            storage.tables.replace(table, Entity("p", "a", {f"p{i}": piece
+                                                           for i in range(count)}))
+        with pytest.raises(TooLarge):
+            storage.tables.transact(table, [TableOp("insert", Entity("p", "b", {
+                f"p{i}": piece for i in range(count)}))])
+        storage.tables.insert(table, Entity("p", "c", {f"p{i}": piece
+                                                       for i in range(count - 2)}))
+        assert [e.row_key for e in storage.tables.query(table, "p")] == ["c"]
+
+    def test_too_many_properties_or_an_int_beyond_int64_are_refused(
+            self, storage: Storage, table: str) -> None:
+        storage.tables.create_table(table)
+        most = storage.tables.limits.user_properties
+        storage.tables.insert(table, Entity("p", "a", {f"p{i}": i for i in range(most)}))
+        with pytest.raises(Refused):
+            storage.tables.insert(table, Entity("p", "b", {f"p{i}": i for i in range(most + 1)}))
+        with pytest.raises(Refused):
+            storage.tables.insert(table, Entity("p", "c", {"n": 2**63}))
+
+    def test_a_key_with_a_forbidden_character_or_too_long_is_refused(
+            self, storage: Storage, table: str) -> None:
+        storage.tables.create_table(table)
+        chars = storage.tables.limits.key_bytes // 2
+        storage.tables.insert(table, Entity("p", "k" * chars, {"n": 1}))
+        with pytest.raises(TooLarge):
+            storage.tables.insert(table, Entity("p", "k" * (chars + 1), {"n": 1}))
+        for bad in ("a/b", "a#b", "a?b", "a\\b", "a\x07b"):
+            with pytest.raises(Refused):
+                storage.tables.insert(table, Entity("p", bad, {"n": 1}))
+
+    def test_a_transaction_over_the_limits_is_refused_whole(self, storage: Storage,
+                                                          table: str) -> None:
+        storage.tables.create_table(table)
+        limits = storage.tables.limits
+        with pytest.raises(Refused):
+            storage.tables.transact(table, [TableOp("insert", Entity("p", f"r{i}", {}))
+                                            for i in range(limits.transaction_operations + 1)])
+        piece = "x" * (limits.string_chars - 10)
+        per_row = limits.entity_bytes // limits.property_bytes - 1
+        rows = limits.transaction_bytes // (per_row * limits.string_chars) + 1
+        with pytest.raises(TooLarge):
+            storage.tables.transact(table, [
+                TableOp("insert", Entity("p", f"big{r}", {f"p{i}": piece
+                                                          for i in range(per_row)}))
+                for r in range(rows)])
+        assert storage.tables.query(table, "p") == []

@@ -77,6 +77,7 @@ class OpCounter:
 class CountingQueues:
     def __init__(self, inner: Queues, counter: OpCounter) -> None:
         self._inner = inner
+        self.limits = inner.limits
         self._counter = counter
 
     def create_queue(self, queue: str) -> None:
@@ -132,6 +133,7 @@ class CountingBlobs:
 class CountingTables:
     def __init__(self, inner: Tables, counter: OpCounter) -> None:
         self._inner = inner
+        self.limits = inner.limits
         self._counter = counter
 
     def create_table(self, table: str) -> None:

@@ -19,6 +19,7 @@ class ForwardingQueues:
 
     def __init__(self, inner: Queues) -> None:
         self._inner = inner
+        self.limits = inner.limits
 
     def create_queue(self, queue: str) -> None:
         self._inner.create_queue(queue)

@@ -31,9 +31,12 @@ from bus.storage.errors import (
     Missing,
     NotFound,
     PreconditionFailed,
+    Refused,
     Throttled,
+    TooLarge,
     TransientError,
 )
+from bus.storage.limits import AZURE, StorageLimits, check_entity, check_message
 from bus.storage.ports import Blob, Entity, EntityValue, QueueMessage, Storage, TableOp
 
 _NO_SDK_RETRIES: dict[str, Any] = {"retry_total": 0}
@@ -73,6 +76,8 @@ def _translated() -> Iterator[None]:
         raise _by_status(exc) from exc
     except transactions.BatchRejected as exc:
         raise _status_error(exc.status, "", str(exc), None, exc) from exc
+    except transactions.PayloadTooLarge as exc:
+        raise TooLarge(str(exc)) from exc
 
 
 MISSING_CODES = ("QueueNotFound", "TableNotFound", "ContainerNotFound")
@@ -96,13 +101,17 @@ def _by_status(exc: HttpResponseError) -> Exception:
 def _status_error(status: int, code: str, text: str, retry_after: str | None,
                   unmapped: Exception) -> Exception:
     """The port's error for an HTTP status (and storage error code); ``unmapped`` when
-    the status means a bad request rather than an outcome the protocol reasons about."""
+    the status is none the port defines (a 401 or 403: the credentials, not the request)."""
     if status == 412:
         return PreconditionFailed(text)
     if status == 409:
         return Conflict(text)
-    if status == 404 or "PopReceiptMismatch" in (code, text):
+    if status == 404 or "PopReceiptMismatch" in (code, text):  # a 400: the lease was lost
         return _not_found(code, text)
+    if status == 413 or (status == 400 and "TooLarge" in f"{code} {text}"):
+        return TooLarge(text)  # RequestBodyTooLarge, EntityTooLarge, PropertyValueTooLarge
+    if status == 400:
+        return Refused(text)  # InvalidInput, OutOfRangeInput, TooManyProperties, ...
     if status == 503 or (status == 500 and "busy" in f"{code} {text}".lower()):
         return Throttled(text, float(retry_after) if retry_after else None)
     if status >= 500 or status == 408:
@@ -110,9 +119,15 @@ def _status_error(status: int, code: str, text: str, retry_after: str | None,
     return unmapped
 
 
+# The adapter checks entities, messages and a transaction's payload against its limits before
+# sending: Azure refuses them all as well, but Azurite enforces only some of them
+# (docs/protocol.md, "Limits and horizons"), and a check here makes both answer alike.
+
+
 class AzureQueues:
-    def __init__(self, service: QueueServiceClient) -> None:
+    def __init__(self, service: QueueServiceClient, limits: StorageLimits = AZURE) -> None:
         self._service = service
+        self.limits = limits
         self._clients: dict[str, Any] = {}
 
     def _client(self, queue: str) -> Any:
@@ -131,6 +146,7 @@ class AzureQueues:
             pass
 
     def send(self, queue: str, body: str, *, delay: float = 0.0) -> None:
+        check_message(body, self.limits)  # the service would refuse it too (413)
         with _translated():
             self._client(queue).send_message(
                 body, visibility_timeout=math.ceil(delay) if delay > 0 else None,
@@ -199,8 +215,9 @@ class AzureBlobs:
 
 
 class AzureTables:
-    def __init__(self, service: TableServiceClient) -> None:
+    def __init__(self, service: TableServiceClient, limits: StorageLimits = AZURE) -> None:
         self._service = service
+        self.limits = limits
         self._clients: dict[str, Any] = {}
 
     def _client(self, table: str) -> Any:
@@ -227,8 +244,9 @@ class AzureTables:
             return {}
         found: dict[str, Entity] = {}
         # A filter may hold at most 15 comparisons: the partition key and 14 row keys.
-        for start in range(0, len(row_keys), _KEYS_PER_QUERY):
-            chunk = row_keys[start:start + _KEYS_PER_QUERY]
+        per_query = self.limits.keys_per_read
+        for start in range(0, len(row_keys), per_query):
+            chunk = row_keys[start:start + per_query]
             names = [f"r{i}" for i in range(len(chunk))]
             # Spaces around the parentheses: the SDK substitutes @names in space-split words.
             query = "PartitionKey eq @pk and ( " + " or ".join(
@@ -240,10 +258,12 @@ class AzureTables:
         return found
 
     def insert(self, table: str, entity: Entity) -> str:
+        check_entity(entity, self.limits)
         with _translated():
             return _etag(self._client(table).create_entity(_row(entity)))
 
     def replace(self, table: str, entity: Entity, *, etag: str | None = None) -> str:
+        check_entity(entity, self.limits)
         with _translated():
             client = self._client(table)
             if etag is None:
@@ -261,9 +281,13 @@ class AzureTables:
             self._client(table).delete_entity(partition_key, row_key, **conditions)
 
     def transact(self, table: str, ops: Sequence[TableOp]) -> list[str]:
+        for op in ops:
+            if op.kind != "delete":
+                check_entity(op.entity, self.limits)
         with _translated():
             parts = transactions.submit(self._client(table), [
-                (op.kind, _row(op.entity), op.etag) for op in ops])
+                (op.kind, _row(op.entity), op.etag) for op in ops],
+                max_bytes=self.limits.transaction_bytes)
         failed = [part for part in parts if not 200 <= part.status < 300]
         if failed or len(parts) != len(ops):
             raise _part_error(failed[0] if failed else None, len(parts), len(ops))
@@ -285,8 +309,6 @@ class AzureTables:
             return [_entity(row) for row in rows]
 
 
-_KEYS_PER_QUERY = 14
-
 
 def _part_error(part: transactions.PartResponse | None, answers: int,
                 operations: int) -> Exception:
@@ -297,7 +319,7 @@ def _part_error(part: transactions.PartResponse | None, answers: int,
     code, message = transactions.error_of(part)
     text = f"HTTP {part.status} {code}: {message}"
     return _status_error(part.status, code, text, part.headers.get("retry-after"),
-                         ValueError(f"the service refused a transaction: {text}"))
+                         Refused(f"the service refused a transaction: {text}"))
 
 
 def _row(entity: Entity) -> dict[str, Any]:

@@ -73,8 +73,14 @@ class BatchRejected(Exception):
         self.status = status
 
 
-def submit(client: TableClient, operations: Sequence[Operation]) -> list[PartResponse]:
-    """Send ``operations`` (of one partition) as one transaction.
+class PayloadTooLarge(Exception):
+    """The batch's body is over the service's limit: not sent (Azurite would accept it)."""
+
+
+def submit(client: TableClient, operations: Sequence[Operation], *,
+           max_bytes: int) -> list[PartResponse]:
+    """Send ``operations`` (of one partition) as one transaction, unless its body is over
+    ``max_bytes`` (PayloadTooLarge: the service's limit, which Azurite does not enforce).
 
     Returns one response per operation when every operation succeeded; when one failed the
     service applies none and answers with that operation's error alone, returned as the only
@@ -86,6 +92,10 @@ def submit(client: TableClient, operations: Sequence[Operation]) -> list[PartRes
     version = client._client._config.version
     requests = [build(table_url, version, *operation) for operation in operations]
     batch, changeset = f"batch_{uuid.uuid4()}", f"changeset_{uuid.uuid4()}"
+    content = encode(requests, batch=batch, changeset=changeset)
+    if len(content) > max_bytes:
+        raise PayloadTooLarge(f"a transaction of {len(content)} bytes; the service takes at "
+                              f"most {max_bytes}")
     request = HttpRequest(
         "POST", f"{client.scheme}://{client._primary_hostname}/$batch",
         headers={
@@ -95,7 +105,7 @@ def submit(client: TableClient, operations: Sequence[Operation]) -> list[PartRes
             "Content-Type": f"multipart/mixed; boundary={batch}",
             "Accept": "application/json",
         },
-        content=encode(requests, batch=batch, changeset=changeset),
+        content=content,
     )
     # stream=True as the SDK does: the pipeline's content decoder knows no multipart.
     response = client._client.send_request(request, stream=True)

@@ -1,4 +1,10 @@
-"""In-memory queues, blobs and tables with Azure Storage's observable semantics."""
+"""In-memory queues, blobs and tables with Azure Storage's observable semantics and limits.
+
+The limits (``bus.storage.limits``, Azure's by default) are enforced as the service enforces
+them: a message, entity or transaction beyond them is refused with TooLarge or Refused and
+nothing is written; delays and leases longer than the queue allows are refused. Sizes are
+counted the service's way (UTF-16 for table strings).
+"""
 
 from __future__ import annotations
 
@@ -10,19 +16,32 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from bus.adapters.memory.faults import Fault, FaultHooks, NoFaults
-from bus.storage.errors import Conflict, Missing, NotFound, PreconditionFailed, TransientError
+from bus.storage.errors import (
+    Conflict,
+    Missing,
+    NotFound,
+    PreconditionFailed,
+    Refused,
+    TransientError,
+)
+from bus.storage.limits import (
+    AZURE,
+    StorageLimits,
+    check_entity,
+    check_message,
+    check_transaction,
+)
 from bus.storage.ports import Blob, Entity, QueueMessage, Storage, TableOp
 
 T = TypeVar("T")
-
-MAX_BATCH = 100
 
 
 class _Core:
     """State shared by the three services: one lock, one clock, one fault policy."""
 
-    def __init__(self, hooks: FaultHooks) -> None:
+    def __init__(self, hooks: FaultHooks, limits: StorageLimits) -> None:
         self.hooks = hooks
+        self.limits = limits
         self.lock = threading.RLock()
         self._counter = itertools.count(1)
 
@@ -65,6 +84,7 @@ class _Stored:
 class MemoryQueues:
     def __init__(self, core: _Core) -> None:
         self._core = core
+        self.limits = core.limits
         self._queues: dict[str, list[_Stored]] = {}
 
     def create_queue(self, queue: str) -> None:
@@ -72,6 +92,8 @@ class MemoryQueues:
 
     def send(self, queue: str, body: str, *, delay: float = 0.0) -> None:
         def put() -> None:
+            check_message(body, self.limits)
+            self._check_seconds("delay", delay)
             self._get(queue).append(
                 _Stored(self._core.tag("m"), body, self._core.hooks.now() + delay))
 
@@ -79,6 +101,10 @@ class MemoryQueues:
 
     def receive(self, queue: str, *, max_messages: int, lease: float) -> list[QueueMessage]:
         def take() -> list[QueueMessage]:
+            if not 1 <= max_messages <= self.limits.messages_per_receive:
+                raise Refused(f"a receive takes 1..{self.limits.messages_per_receive} "
+                              f"messages, not {max_messages}")
+            self._check_seconds("lease", lease)
             now = self._core.hooks.now()
             visible = [m for m in self._get(queue) if m.visible_at <= now][:max_messages]
             for m in visible:
@@ -98,6 +124,7 @@ class MemoryQueues:
 
     def extend(self, queue: str, message: QueueMessage, *, lease: float) -> QueueMessage:
         def renew() -> QueueMessage:
+            self._check_seconds("lease", lease)
             stored = self._leased(queue, message)
             stored.visible_at = self._core.hooks.now() + lease
             stored.pop_receipt = self._core.tag("r")
@@ -133,6 +160,11 @@ class MemoryQueues:
             _, stored = leased[pick([m.id for _, m in leased])]
             stored.visible_at = now
             return True
+
+    def _check_seconds(self, what: str, seconds: float) -> None:
+        if not 0 <= seconds <= self.limits.visibility_seconds:
+            raise Refused(f"a {what} of {seconds} s; a queue allows 0 to "
+                          f"{self.limits.visibility_seconds} s")
 
     def _get(self, queue: str) -> list[_Stored]:
         if queue not in self._queues:
@@ -203,6 +235,7 @@ class MemoryBlobs:
 class MemoryTables:
     def __init__(self, core: _Core) -> None:
         self._core = core
+        self.limits = core.limits
         self._tables: dict[str, dict[tuple[str, str], Entity]] = {}
 
     def create_table(self, table: str) -> None:
@@ -243,6 +276,7 @@ class MemoryTables:
     def transact(self, table: str, ops: Sequence[TableOp]) -> list[str]:
         def run() -> list[str]:
             _check_batch(ops)
+            check_transaction(ops, self.limits)
             rows = self._get(table)
             trial = dict(rows)
             etags = [self._apply(trial, op) for op in ops]
@@ -282,6 +316,8 @@ class MemoryTables:
         return rows[(pk, rk)]
 
     def _apply(self, rows: dict[tuple[str, str], Entity], op: TableOp) -> str:
+        if op.kind != "delete":
+            check_entity(op.entity, self.limits)
         key = (op.entity.partition_key, op.entity.row_key)
         current = rows.get(key)
         if op.kind == "insert" and current is not None:
@@ -302,23 +338,26 @@ class MemoryTables:
 
 
 def _check_batch(ops: Sequence[TableOp]) -> None:
-    if not ops or len(ops) > MAX_BATCH:
-        raise ValueError(f"a transaction takes 1..{MAX_BATCH} operations, got {len(ops)}")
+    if not ops:
+        raise Refused("a transaction takes at least one operation")
     partitions = {op.entity.partition_key for op in ops}
     if len(partitions) != 1:
-        raise ValueError("a transaction must stay inside one partition")
+        raise Refused("a transaction must stay inside one partition")
     keys = [(op.entity.partition_key, op.entity.row_key) for op in ops]
     if len(set(keys)) != len(keys):
-        raise ValueError("a transaction may touch each row once")
+        raise Refused("a transaction may touch each row once")
 
 
 class InMemoryStorage(Storage):
-    """Queues, blobs and tables in one process, optionally misbehaving through ``hooks``."""
+    """Queues, blobs and tables in one process, optionally misbehaving through ``hooks``,
+    with Azure's limits unless given others (smaller ones make limits easy to reach in
+    tests)."""
 
     queues: MemoryQueues
     blobs: MemoryBlobs
     tables: MemoryTables
 
-    def __init__(self, hooks: FaultHooks | None = None) -> None:
-        core = _Core(hooks or NoFaults())
+    def __init__(self, hooks: FaultHooks | None = None,
+                 limits: StorageLimits = AZURE) -> None:
+        core = _Core(hooks or NoFaults(), limits)
         super().__init__(MemoryQueues(core), MemoryBlobs(core), MemoryTables(core))

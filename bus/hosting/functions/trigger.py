@@ -50,7 +50,6 @@ from bus.bus import Bus
 from bus.hosting.breaker import CircuitBreaker
 from bus.hosting.retry import Wait
 from bus.hosting.settlement import Settlement
-from bus.protocol.courier import MAX_VISIBILITY_DELAY
 from bus.protocol.delivery import Delivery, Outcome
 
 
@@ -107,8 +106,8 @@ class QueueTrigger:
         body = base64.b64encode(raw).decode("ascii")
         paused = self.breaker.paused_for()
         if paused > 0:
-            self.bus.storage.queues.send(self.queue, body,
-                                         delay=min(paused, MAX_VISIBILITY_DELAY))
+            queues = self.bus.storage.queues
+            queues.send(self.queue, body, delay=min(paused, queues.limits.longest_delay))
             return Delivery(Outcome.REQUEUED)
         invocation = _Invocation(body, dequeue_count)
         settled = self.settlement.settle([invocation])

@@ -25,13 +25,13 @@ from typing import TypeVar
 
 from bus.hosting.retry import transient_retries
 from bus.storage import Entity, EntityValue, NotFound, Storage, TableOp
+from bus.storage.limits import transactions, utf16_bytes
 
 T = TypeVar("T")
 
 MARKER = "~done"
 """The row that closes a read batch: its messages are all staged (``~`` sorts last)."""
-_BATCH = 100  # operations per entity-group transaction
-_INLINE_BYTES = 60_000  # a string property holds 64 KiB of UTF-16
+_INLINE_SHARE = 0.9  # of a string property's bytes: larger texts go to a blob
 _BLOB_SUFFIX = "__blob"
 
 
@@ -74,10 +74,9 @@ class Staging:
     def put(self, partition: str, rows: Sequence[StagedRow]) -> None:
         """Upsert ``rows`` into ``partition``, 100 per transaction. Large texts go to blobs
         first, so a row never points at a blob that is not there."""
-        entities = [self._entity(partition, row) for row in rows]
-        for start in range(0, len(entities), _BATCH):
-            ops = [TableOp("replace", entity) for entity in entities[start:start + _BATCH]]
-            retried(self.tables.transact, self.table, ops)
+        ops = [TableOp("replace", self._entity(partition, row)) for row in rows]
+        for batch in transactions(ops, self.tables.limits):
+            retried(self.tables.transact, self.table, batch)
 
     def upsert(self, partition: str, row: StagedRow) -> None:
         retried(self.tables.replace, self.table, self._entity(partition, row))
@@ -102,8 +101,9 @@ class Staging:
                 if name.endswith(_BLOB_SUFFIX) and isinstance(value, str):
                     with contextlib.suppress(NotFound):
                         retried(self._blobs.delete, self.container, value)
-        for start in range(0, len(entities), _BATCH):
-            chunk = entities[start:start + _BATCH]
+        per = self.tables.limits.transaction_operations
+        for start in range(0, len(entities), per):
+            chunk = entities[start:start + per]
             try:
                 retried(self.tables.transact, self.table,
                         [TableOp("delete", Entity(partition, e.row_key)) for e in chunk])
@@ -115,8 +115,12 @@ class Staging:
     # -- encoding -----------------------------------------------------------------------------
     def _entity(self, partition: str, row: StagedRow) -> Entity:
         properties: dict[str, EntityValue] = dict(row.values)
+        limits = self.tables.limits
+        room = limits.entity_bytes // 2  # for the texts kept inline, beside the values
         for name, text in row.texts.items():
-            if len(text.encode("utf-16-le")) <= _INLINE_BYTES:
+            size = utf16_bytes(text)
+            if size <= limits.property_bytes * _INLINE_SHARE and size <= room:
+                room -= size
                 properties[name] = text
             else:
                 blob = f"{partition}/{row.row_key}/{name}"

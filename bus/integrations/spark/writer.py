@@ -37,7 +37,7 @@ from bus.messages import Command, Event, Message
 
 log = logging.getLogger("bus.spark")
 
-_STAGE_CHUNK = 100  # rows per staging transaction
+_STAGE_CHUNK = 100  # rows staged per call (staging splits them into transactions)
 
 
 class RowError(BusError, ValueError):
