@@ -46,8 +46,6 @@ from bus.topology import Topology
 _PAUSE_KEY = ("~bus", "~pause")  # a row key users cannot write (state keys never start with ~)
 
 
-
-
 @dataclass(frozen=True)
 class Pause:
     until: float  # epoch seconds
@@ -59,18 +57,25 @@ class Bus:
 
     ``middleware`` runs around every handler and every send, outside each endpoint's own
     (``bus.middleware``). ``max_queue_depths`` bounds the queues of endpoints this app sends to
-    but does not define (an endpoint's own ``max_queue_depth`` wins). ``seams``
-    (``bus.seams``) replaces the clock, ids, sleeps and safeguards for the simulation and
-    for tests that move time; leave it alone otherwise.
+    but does not define (an endpoint's own ``max_queue_depth`` wins). The simulation and tests
+    that move time build a bus with other seams (clock, ids, sleeps, safeguards) through
+    ``bus.testing.seamed_bus``.
     """
 
     def __init__(self, storage: Storage, endpoints: Sequence[Endpoint] = (), *,
                  prefix: str = "", routes: Mapping[type[Message] | str, str] | None = None,
                  settings: Settings | None = None, serializer: Serializer | None = None,
                  middleware: Sequence[Middleware] = (),
-                 max_queue_depths: Mapping[str, int] | None = None,
-                 seams: Seams | None = None) -> None:
-        seams = seams or Seams()
+                 max_queue_depths: Mapping[str, int] | None = None) -> None:
+        self._assemble(storage, endpoints, prefix=prefix, routes=routes, settings=settings,
+                       serializer=serializer, middleware=middleware,
+                       max_queue_depths=max_queue_depths, seams=Seams())
+
+    def _assemble(self, storage: Storage, endpoints: Sequence[Endpoint], *, prefix: str,
+                  routes: Mapping[type[Message] | str, str] | None, settings: Settings | None,
+                  serializer: Serializer | None, middleware: Sequence[Middleware],
+                  max_queue_depths: Mapping[str, int] | None, seams: Seams) -> None:
+        """Wire the parts; ``seams`` are the real clock, ids and sleeps but in tests."""
         clock, new_id, sleep, gate = seams.clock, seams.new_id, seams.sleep, seams.gate
         self.storage = storage
         self.middleware = check_middleware("Bus", middleware)
@@ -364,8 +369,6 @@ class Bus:
                        outbox_for=self._outbox_of,
                        pending_age=self.settings.pending_age_seconds,
                        fence_origin=self.safeguards.fence_origin)
-
-
 
 
 @contextlib.contextmanager

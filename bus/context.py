@@ -21,8 +21,6 @@ Row = dict[str, EntityValue]
 _RESERVED_PROPERTIES = {"PartitionKey", "RowKey", "Timestamp", "etag", "odata.etag"}
 
 
-
-
 def seconds(delay: float | timedelta) -> float:
     """A delay given as seconds or a timedelta, in seconds."""
     return delay.total_seconds() if isinstance(delay, timedelta) else float(delay)

@@ -46,8 +46,6 @@ class Event(Message):
     message_kind: ClassVar[str] = "event"
 
 
-
-
 def require_command(message: Message, call: str) -> None:
     """``send`` and ``send_once`` take commands (one destination)."""
     if not isinstance(message, Command):

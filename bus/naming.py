@@ -24,8 +24,6 @@ PREFIX_PATTERN = re.compile(r"^([a-z][a-z0-9]{0,15})?$")
 MAX_QUEUE = 63 - len("-poison")
 
 
-
-
 def check_endpoint(name: str) -> str:
     if not ENDPOINT_PATTERN.match(name):
         raise NamingError(

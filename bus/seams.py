@@ -1,9 +1,10 @@
 """What the simulation and time-travelling tests replace in a Bus: its clock, its ids, its
 sleeps and random draws, its safeguards and what concurrent senders wait on.
 
-Leave them alone in production: ``Bus(..., seams=Seams(clock=...))`` exists so that a run of
-``bus.testing.simulate`` replays exactly from its seed, a test can move time by days, and a
-safeguard can be switched off to show that it is needed (``bus.protocol.safeguards``).
+They are not part of ``Bus``'s constructor: ``bus.testing.seamed_bus(Seams(clock=...), ...)``
+builds a bus with them, so that a run of ``bus.testing.simulate`` replays exactly from its
+seed, a test can move time by days, and a safeguard can be switched off to show that it is
+needed (``bus.protocol.safeguards``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from bus.protocol.sendgroup import Gate
 
 @dataclass(frozen=True)
 class Seams:
+    """What a test replaces; every default is what production uses."""
+
     clock: Callable[[], float] = time.time
     new_id: IdFactory = random_id
     sleep: Callable[[float], None] = time.sleep

@@ -12,8 +12,6 @@ from bus.messages import Message
 M = TypeVar("M", bound=Message)
 
 
-
-
 class Serializer(Protocol):
     """Turns message contracts into bytes and back.
 

@@ -27,8 +27,6 @@ from bus.errors import UnreadableVersion
 Document = dict[str, Any]
 
 
-
-
 @dataclass(frozen=True)
 class Format:
     """One kind of document: the key holding its version, the version written, and how to

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from bus import Bus, Command, Context, Endpoint, Event, RetryPolicy
+from bus.seams import Seams
 from bus.storage import Storage
+from bus.testing.seamed import seamed_bus
 
 
 class PlaceOrder(Command):
@@ -21,7 +23,7 @@ class Flaky(Command):
     order_id: str
 
 
-def build(storage: Storage, prefix: str, **kwargs: object) -> Bus:
+def build(storage: Storage, prefix: str, seams: Seams | None = None, **kwargs: object) -> Bus:
     orders, billing, shipping = Endpoint("orders"), Endpoint("billing"), Endpoint("shipping")
 
     @orders.handles(PlaceOrder, partition=lambda m: m.order_id)
@@ -42,7 +44,8 @@ def build(storage: Storage, prefix: str, **kwargs: object) -> Bus:
 
     billing.handles(OrderPlaced, partition=lambda m: m.order_id)(count)
     shipping.handles(OrderPlaced, partition=lambda m: m.order_id)(count)
-    bus = Bus(storage, [orders, billing, shipping], prefix=prefix, **kwargs)  # type: ignore[arg-type]
+    bus = seamed_bus(seams or Seams(), storage, [orders, billing, shipping], prefix=prefix,
+                     **kwargs)  # type: ignore[arg-type]
     bus.provision()
     return bus
 

@@ -8,6 +8,7 @@ import pytest
 from bus import (
     Bus,
     Command,
+    ConfigurationError,
     Context,
     Endpoint,
     Event,
@@ -73,3 +74,12 @@ def test_sending_before_provisioning_says_to_provision(storage: Storage, prefix:
                  lambda: bus.publish(Shipped(order_id="o1"))):
         with pytest.raises(NotProvisioned, match=r"(?s)does not exist.*bus\.provision\(\)"):
             send()
+
+
+def test_a_handler_without_a_partition_is_refused() -> None:
+    """``partition=`` is required in the type, and checked at run time for untyped callers."""
+    desk = Endpoint("desk")
+    with pytest.raises(TypeError, match="partition"):
+        desk.handles(Ship)(lambda message, ctx: None)  # type: ignore[call-arg]
+    with pytest.raises(ConfigurationError, match="needs partition="):
+        desk.handles(Ship, partition="order_id")  # type: ignore[arg-type]

@@ -13,11 +13,11 @@ import pytest
 
 from bus import Bus, Command, Context, Endpoint, RetryPolicy, Settings
 from bus.envelope import Envelope, encode_bundle, split_bundle
-from bus.storage.limits import AZURE, check_message
 from bus.hosting.functions.trigger import QueueTrigger
 from bus.protocol.bundles import MAX_PARTS, pack, parts
 from bus.protocol.delivery import HandlerFailed, Outcome
 from bus.storage import QueueMessage, Storage
+from bus.storage.limits import AZURE, check_message
 from bus.testing import drain
 from tests.orderflow import state
 

@@ -11,6 +11,7 @@ from bus.protocol.inbox import TokenState
 from bus.seams import Seams
 from bus.storage import Entity, NotFound, Storage
 from bus.testing import drain
+from bus.testing.seamed import seamed_bus
 
 
 class Ship(Command):
@@ -50,8 +51,8 @@ def build(storage: Storage, prefix: str, clock: Clock | None = None) -> Bus:
         if waiting:
             ctx.release_deferred(str(waiting["ship"]))
 
-    bus = Bus(storage, [orders], prefix=prefix, seams=Seams(clock=clock or Clock()),
-              settings=Settings(release_resend_seconds=60))
+    bus = seamed_bus(Seams(clock=clock or Clock()), storage, [orders], prefix=prefix,
+                     settings=Settings(release_resend_seconds=60))
     bus.provision()
     return bus
 

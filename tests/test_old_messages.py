@@ -11,6 +11,7 @@ from bus import Bus, Command, Context, Endpoint
 from bus.adapters.memory import InMemoryStorage
 from bus.hosting.worker import Worker
 from bus.seams import Seams
+from bus.testing.seamed import seamed_bus
 from tests.test_scheduling import _Clock
 
 DAY = 24 * 3600.0
@@ -28,7 +29,7 @@ def build(clock: _Clock) -> tuple[Bus, list[str]]:
     def remind(message: Remind, ctx: Context) -> None:
         reminded.append(message.ref)
 
-    bus = Bus(InMemoryStorage(hooks=clock), [desk], prefix="p", seams=Seams(clock=clock.now))
+    bus = seamed_bus(Seams(clock=clock.now), InMemoryStorage(hooks=clock), [desk], prefix="p")
     bus.provision()
     return bus, reminded
 

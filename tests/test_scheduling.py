@@ -15,6 +15,7 @@ from bus.hosting.worker import Worker
 from bus.seams import Seams
 from bus.storage import NotFound, Storage
 from bus.testing import InMemoryStorage
+from bus.testing.seamed import seamed_bus
 
 
 class Remind(Command):
@@ -25,7 +26,7 @@ class Ping(Command):
     ref: str
 
 
-def build(storage: Storage, prefix: str, **kwargs: object) -> Bus:
+def build(storage: Storage, prefix: str, seams: Seams | None = None, **kwargs: object) -> Bus:
     desk = Endpoint("desk")
 
     @desk.handles(Ping, partition=lambda m: m.ref)
@@ -39,7 +40,8 @@ def build(storage: Storage, prefix: str, **kwargs: object) -> Bus:
         assert isinstance(times, int)
         ctx.state.put("reminded", {"times": times + 1})
 
-    bus = Bus(storage, [desk], prefix=prefix, **kwargs)  # type: ignore[arg-type]
+    bus = seamed_bus(seams or Seams(), storage, [desk], prefix=prefix,
+                     **kwargs)  # type: ignore[arg-type]
     bus.provision()
     return bus
 

@@ -15,6 +15,7 @@ from bus.seams import Seams
 from bus.storage import Storage, TableOp, TransientError
 from bus.testing import drain
 from bus.testing.counting import counting_storage
+from bus.testing.seamed import seamed_bus
 from bus.testing.transport import ForwardingQueues
 from tests.orderflow import state
 
@@ -32,8 +33,8 @@ def build(storage: Storage, prefix: str, *, group: bool = True,
         row = ctx.state.get("n") or {"n": 0}
         ctx.state.put("n", {"n": int(row["n"] or 0) + 1})
 
-    bus = Bus(storage, [counter], prefix=prefix, settings=Settings(group_sends=group),
-              seams=Seams(gate=gate))
+    bus = seamed_bus(Seams(gate=gate), storage, [counter], prefix=prefix,
+                     settings=Settings(group_sends=group))
     bus.provision()
     return bus
 

@@ -55,8 +55,6 @@ _PEEK_LEASE = 60.0  # entries are leased this long while they are read, then rel
 _ROUNDS = 5
 
 
-
-
 @dataclass(frozen=True)
 class DeadLetter:
     """One poison queue entry, with the id that names it in this queue."""

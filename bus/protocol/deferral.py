@@ -48,8 +48,6 @@ from bus.protocol.records import OutboxRecord
 _ROUNDS = 5
 
 
-
-
 @dataclass(frozen=True)
 class DeferredMessage:
     """A message set aside at ``endpoint``: what it is, since when, how often deferred."""

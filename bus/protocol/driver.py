@@ -25,8 +25,6 @@ log = logging.getLogger(__name__)
 _ROUNDS = 10
 
 
-
-
 class OutboxDriver:
     def __init__(self, *, outbox: Outbox, dispatcher: Dispatcher,
                  clock: Callable[[], float]) -> None:

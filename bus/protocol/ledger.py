@@ -32,8 +32,6 @@ LEDGER_SOURCE = "~ledger"
 _ROUNDS = 10
 
 
-
-
 class Ledger:
     def __init__(self, *, tables: Tables, table: str, dispatcher_for: Callable[
             [Outbox], Dispatcher], clock: Callable[[], float], new_id: IdFactory,

@@ -64,8 +64,6 @@ log = logging.getLogger(__name__)
 _MAX_CLAIM_ROUNDS = 20
 
 
-
-
 @dataclass(frozen=True)
 class _Claim:
     """A signal past steps 1-2, waiting for its turn at its partition's slot."""

@@ -19,8 +19,6 @@ _MAX_RACES = 50
 _TOPIC = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 
 
-
-
 class Topics:
     def __init__(self, blobs: Blobs, container: str) -> None:
         self._blobs = blobs

@@ -27,6 +27,7 @@ from bus.protocol.deadletters import ReplayResult
 from bus.protocol.delivery import Delivery, Outcome
 from bus.protocol.inbox import TokenState
 from bus.storage import NotFound, Storage, TableOp, TransientError
+from bus.storage.limits import AZURE
 
 MAX = 5
 REASON = f"storage errors on {MAX} deliveries (max delivery count)"
@@ -288,13 +289,15 @@ def test_a_signal_without_a_count_is_left_as_it_is() -> None:
 
 def test_the_count_travels_in_the_envelope_and_comes_off_again() -> None:
     raw = '{"bus":1,"message_id":"m","payload":"\u00e9"}'.encode()
-    annotated = wire.with_deliveries(raw, 4)
+    annotated = wire.with_deliveries(raw, 4, AZURE.signal_bytes)
     assert annotated is not None
     assert json.loads(annotated) == {**json.loads(raw), "deliveries": 4}
     stripped, count = wire.carried_deliveries(annotated)
     assert count == 4 and json.loads(stripped) == json.loads(raw)
-    assert json.loads(wire.with_deliveries(annotated, 0) or b"") == json.loads(raw)
-    assert wire.with_deliveries(b"[1]", 4) is None
+    assert json.loads(wire.with_deliveries(annotated, 0, AZURE.signal_bytes) or b"") == \
+        json.loads(raw)
+    assert wire.with_deliveries(b"[1]", 4, AZURE.signal_bytes) is None
+    assert wire.with_deliveries(raw, 4, len(raw) + 5) is None  # no room for the count
 
 
 def test_a_replay_starts_counting_afresh(storage: Storage, prefix: str,
@@ -304,7 +307,7 @@ def test_a_replay_starts_counting_afresh(storage: Storage, prefix: str,
     bus.send(Tick(n=1))
     [message] = bus.storage.queues.receive(queue, max_messages=1, lease=30)
     bus.storage.queues.delete(queue, message)
-    copy = wire.with_deliveries(base64.b64decode(message.body), MAX - 1)
+    copy = wire.with_deliveries(base64.b64decode(message.body), MAX - 1, AZURE.signal_bytes)
     assert copy is not None  # a copy put back, moved to the poison queue by the host:
     bus.storage.queues.send(bus.names.poison_queue("ticks"), base64.b64encode(copy).decode())
     [letter] = bus.dead_letters("ticks").entries()  # adopted: token parked

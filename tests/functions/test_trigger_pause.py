@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import base64
 
-from bus import Bus, Command, Context, Endpoint
+from bus import Command, Context, Endpoint
 from bus.hosting.functions.trigger import QueueTrigger
 from bus.protocol.delivery import Outcome
 from bus.seams import Seams
 from bus.storage import Storage
+from bus.testing.seamed import seamed_bus
 
 
 class Tick(Command):
@@ -26,7 +27,7 @@ def test_a_paused_endpoint_puts_deliveries_back_until_the_pause_ends(storage: St
     def tick(message: Tick, ctx: Context) -> None:
         seen.append(message.n)
 
-    bus = Bus(storage, [ticks], prefix=prefix, seams=Seams(clock=lambda: clock[0]))
+    bus = seamed_bus(Seams(clock=lambda: clock[0]), storage, [ticks], prefix=prefix)
     bus.provision()
     queue = bus.names.queue("ticks")
     bus.send(Tick(n=1))

@@ -26,7 +26,7 @@ def _refused(call: Callable[[], object]) -> bool:
         call()
     except HttpResponseError:
         return True
-    except Exception:  # noqa: BLE001 - the SDK cannot parse Azurite's refusal of a batch
+    except Exception:  # the SDK cannot parse Azurite's refusal of a batch
         return True
     return False
 

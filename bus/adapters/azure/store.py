@@ -309,7 +309,6 @@ class AzureTables:
             return [_entity(row) for row in rows]
 
 
-
 def _part_error(part: transactions.PartResponse | None, answers: int,
                 operations: int) -> Exception:
     """The port's error for a transaction the service refused (none of it was applied)."""

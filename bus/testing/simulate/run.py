@@ -22,6 +22,7 @@ from bus.protocol.records import Phase
 from bus.protocol.safeguards import Safeguards
 from bus.seams import Seams
 from bus.storage import StorageError
+from bus.testing.seamed import seamed_bus
 from bus.testing.simulate.functions import FunctionsHost, operator, orchestrator
 from bus.testing.simulate.workload import EXPECTED, LARGE, Knobs, Start, build
 from bus.testing.simulate.world import Actor, FaultProfile, Gate, World
@@ -71,11 +72,11 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
     functions_share = hosting.choice((0.0, 0.5, 1.0))  # polling workers, Functions, or both
 
     def new_bus() -> Bus:
-        return Bus(storage, build(knobs, world.rng.random, world.new_id), prefix="sim",
-                   settings=settings, seams=Seams(
-                       clock=world.now, new_id=world.new_id, sleep=world.sleep,
-                       safeguards=safeguards or Safeguards(), random=world.rng.random,
-                       gate=lambda: Gate(world)))
+        seams = Seams(clock=world.now, new_id=world.new_id, sleep=world.sleep,
+                      safeguards=safeguards or Safeguards(), random=world.rng.random,
+                      gate=lambda: Gate(world))
+        return seamed_bus(seams, storage, build(knobs, world.rng.random, world.new_id),
+                          prefix="sim", settings=settings)
 
     bus = new_bus()
     bus.provision()
