@@ -368,7 +368,7 @@ class Bus:
                        release_resend=self.settings.release_resend_seconds,
                        outbox_for=self._outbox_of,
                        pending_age=self.settings.pending_age_seconds,
-                       fence_origin=self.safeguards.fence_origin)
+                       safeguards=self.safeguards)
 
 
 @contextlib.contextmanager

@@ -260,7 +260,7 @@ class Receiver:
         """Steps 3-5 for one claim: None to try again (an unfinished record was in the slot,
         now completed), the Delivery when the copy goes no further, else what to commit."""
         d, item = claim.decoded, claim.item
-        if self._unfinished(slot, tokens):
+        if self._safeguards.complete_unfinished and self._unfinished(slot, tokens):
             if not slot.cached:
                 self._dispatcher.complete(slot, committed_by_me=False)
             self._slots.forget(slot.partition)  # read it, and its record, afresh

@@ -32,6 +32,11 @@ class Safeguards:
     fence_unknown_sends: bool = True
     """A client send whose token request has an unknown outcome (alone or in a group) fences
     that attempt id and tries again with a fresh one."""
+    complete_unfinished: bool = True
+    """A claim that finds an unfinished record in the slot completes it before it commits a
+    record of its own over it."""
+    check_origin_record: bool = True
+    """The sweeper keeps a pending token that a committed record in its origin slot lists."""
 
 
 BREAKS: dict[str, tuple[Safeguards, str]] = {
@@ -56,4 +61,8 @@ BREAKS: dict[str, tuple[Safeguards, str]] = {
     "reuse-send-ids": (Safeguards(fence_unknown_sends=False),
                        "a client send retries a token request of unknown outcome with the same "
                        "attempt id (an existing token counts as created)"),
+    "commit-over-unfinished": (Safeguards(complete_unfinished=False),
+                               "commit over an unfinished record without completing it first"),
+    "skip-origin-check": (Safeguards(check_origin_record=False),
+                          "the sweeper removes old pending tokens a committed record lists"),
 }

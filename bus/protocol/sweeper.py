@@ -39,6 +39,9 @@ from bus.protocol.inbox import Inbox, Token, TokenState
 from bus.protocol.outbox import ClaimLost, Outbox
 from bus.protocol.payloads import Payloads
 from bus.protocol.poison import PoisonQueue
+from bus.protocol.safeguards import Safeguards
+
+ALL_ON = Safeguards()
 
 
 @dataclass
@@ -57,10 +60,10 @@ class Sweeper:
                  ghost_horizon: float, orphan_age: float,
                  resend: Callable[[str, str], None], release_resend: float,
                  outbox_for: Callable[[str], Outbox], pending_age: float,
-                 fence_origin: bool = True) -> None:
+                 safeguards: Safeguards = ALL_ON) -> None:
         self._outbox_for = outbox_for
         self._pending_age = pending_age
-        self._fence_origin = fence_origin
+        self._safeguards = safeguards
         self._inbox = inbox
         self._payloads = payloads
         self._poison_for = poison_for
@@ -118,10 +121,11 @@ class Sweeper:
         outbox = self._outbox_for(origin.endpoint)
         slot = outbox.load(origin.partition)
         record = slot.record
-        if record is not None and record.attempt_id == origin.attempt_id and any(
+        if self._safeguards.check_origin_record and record is not None and (  # off: a break
+                record.attempt_id == origin.attempt_id) and any(
                 e.attempt_id == token.attempt_id for e in record.outgoing):
             return False
-        if self._fence_origin:  # off: the "skip-origin-fence" break
+        if self._safeguards.fence_origin:  # off: the "skip-origin-fence" break
             try:
                 outbox.touch(slot)
             except ClaimLost:

@@ -123,8 +123,10 @@ class Tables(Protocol):
 
     def get_many(self, table: str, partition_key: str,
                  row_keys: Sequence[str]) -> dict[str, Entity]:
-        """The existing rows among ``row_keys`` of one partition, by row key: one request
-        (a missing row is simply absent from the result)."""
+        """The existing rows among ``row_keys`` of one partition, by row key: one request,
+        one snapshot, for up to ``limits.keys_per_read`` keys (a missing row is simply
+        absent from the result). An answer the service splits into pages raises
+        TransientError: the rows of two pages may come from different moments."""
 
     def insert(self, table: str, entity: Entity) -> str:
         """Create the row; returns its ETag. Raises Conflict."""

@@ -253,8 +253,13 @@ class AzureTables:
                 f"RowKey eq @{name}" for name in names) + " )"
             parameters = {"pk": partition_key, **dict(zip(names, chunk, strict=True))}
             with _translated():
-                rows = self._client(table).query_entities(query, parameters=parameters)
-                found.update((entity.row_key, entity) for entity in map(_entity, rows))
+                pages = self._client(table).query_entities(
+                    query, parameters=parameters).by_page()
+                found.update((entity.row_key, entity) for entity in map(_entity, next(pages, [])))
+                if pages.continuation_token is not None:
+                    # The service may end a page early (a page can even be empty): the rows
+                    # of two pages are not one snapshot, which a claim relies on.
+                    raise TransientError("the service answered in pages: not one snapshot")
         return found
 
     def insert(self, table: str, entity: Entity) -> str:

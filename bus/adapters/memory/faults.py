@@ -27,6 +27,10 @@ class FaultHooks(Protocol):
     def defer(self, effect: Callable[[], None]) -> None:
         """Keep a ghost request to apply later (or never)."""
 
+    def page_length(self, limit: int) -> int:
+        """How many rows the next page of a query holds: at most ``limit`` (the service's
+        page size); fewer, or none with more to follow, as Azure may answer."""
+
 
 class NoFaults:
     """The default: real time, no faults. What users' unit tests get."""
@@ -39,3 +43,6 @@ class NoFaults:
 
     def defer(self, effect: Callable[[], None]) -> None:  # pragma: no cover - never asked
         effect()
+
+    def page_length(self, limit: int) -> int:
+        return limit

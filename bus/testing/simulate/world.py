@@ -38,6 +38,7 @@ class FaultProfile:
     crash: float = 0.0
     lease_expiry: float = 0.0
     stall: float = 0.0  # chance that an actor pauses before a storage call (GC, VM freeze)
+    page_break: float = 0.0  # chance that a query's page ends early (or empty) on Azure
     handler_failure: float = 0.0
     ghost_delay: float = 1.0  # mean virtual seconds before a ghost request lands
 
@@ -50,7 +51,7 @@ class FaultProfile:
             ghost=rng.uniform(0, 0.05), duplicate=rng.uniform(0, 0.25),
             crash=rng.uniform(0, 0.01), lease_expiry=rng.uniform(0, 0.01),
             handler_failure=rng.uniform(0, 0.1), ghost_delay=rng.uniform(0.01, 5.0),
-            stall=rng.uniform(0, 0.01))
+            stall=rng.uniform(0, 0.01), page_break=rng.uniform(0, 0.3))
 
 
 @dataclass
@@ -137,6 +138,12 @@ class World:
             return
         self.current.wake_at = self.clock + seconds
         self._yield()
+
+    def page_length(self, limit: int) -> int:
+        if self.rng.random() < self.profile.page_break:
+            self.counters.add("page_break")
+            return self.rng.randint(0, min(limit - 1, 2))
+        return limit
 
     def new_id(self) -> str:
         return f"{self.rng.getrandbits(128):032x}"
