@@ -64,3 +64,39 @@ def test_a_signal_stuck_longer_than_the_orphan_age_is_still_processed() -> None:
     assert reminded == ["backlog"]  # the signal came after all
     [letter] = bus.dead_letters("desk").entries()
     assert not letter.replayable  # its entry is stale now: the message was processed
+
+
+class Wait(Command):
+    ref: str
+
+
+def test_a_released_deferral_whose_signal_was_lost_is_never_presumed_an_orphan() -> None:
+    """A release makes the token live and then sends its signal; a crash between the two
+    leaves the signal to the sweeper, which re-sends it from the token. Before, the re-send
+    stopped at the orphan age and the token was then parked as a presumed orphan: with no
+    signal to come, the message was lost (the simulation found it, with a short orphan age)."""
+    clock = _Clock()
+    desk = Endpoint("desk")
+    runs: list[int] = []
+
+    @desk.handles(Wait, partition=lambda m: m.ref)
+    def wait(message: Wait, ctx: Context) -> None:
+        runs.append(ctx.deferrals)
+        if ctx.deferrals == 0:
+            ctx.defer()
+
+    bus = seamed_bus(Seams(clock=clock.now), InMemoryStorage(hooks=clock), [desk], prefix="p")
+    bus.provision()
+    worker = Worker(bus, "desk")
+    message_id = bus.send(Wait(ref="w"))
+    while worker.poll_once():
+        pass
+    token = bus.inbox.find("desk", message_id)
+    assert token is not None and bus.inbox.release(token, clock.now()) is not None  # no send
+    clock.t += 8 * DAY  # nothing came for longer than the orphan age
+    report = bus.sweeper().sweep()
+    assert (report.orphan_tokens_parked, report.released_signals_resent) == (0, 1)
+    while worker.poll_once():
+        pass
+    assert runs == [0, 1]
+    assert bus.dead_letters("desk").entries() == []

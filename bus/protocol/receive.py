@@ -370,6 +370,9 @@ class Receiver:
         if not self._safeguards.token_check:
             return None  # the "skip-token-check" break
         found = verdict(token)
+        if (found is Verdict.PROCESS and token is not None and token.orphan
+                and not self._safeguards.process_presumed_orphans):
+            found = Verdict.PARKED  # the "drop-presumed-orphans" break
         if found is Verdict.PROCESS:
             return None
         if found.payload_is_garbage and d.envelope.payload_ref is not None:

@@ -37,6 +37,9 @@ class Safeguards:
     record of its own over it."""
     check_origin_record: bool = True
     """The sweeper keeps a pending token that a committed record in its origin slot lists."""
+    process_presumed_orphans: bool = True
+    """A copy whose token the sweeper parked as a presumed orphan (no signal within
+    ``orphan_age``) is processed when it comes after all."""
 
 
 BREAKS: dict[str, tuple[Safeguards, str]] = {
@@ -65,4 +68,7 @@ BREAKS: dict[str, tuple[Safeguards, str]] = {
                                "commit over an unfinished record without completing it first"),
     "skip-origin-check": (Safeguards(check_origin_record=False),
                           "the sweeper removes old pending tokens a committed record lists"),
+    "drop-presumed-orphans": (Safeguards(process_presumed_orphans=False),
+                              "a copy arriving after its token was parked as a presumed orphan "
+                              "is dropped"),
 }

@@ -9,8 +9,9 @@ What can be left behind, and when it is removed:
   their payload blob, so such a blob can never be needed again); a deferred message keeps its
   token, so its blob stays;
 * a released deferral (a live token of a later generation) still unprocessed after
-  ``release_resend`` seconds - its signal is sent again (the release may have crashed between
-  making the token live and sending; a second signal is a harmless duplicate);
+  ``release_resend`` seconds - its signal is sent again, at every sweep until it is processed
+  (the release may have crashed between making the token live and sending; a second signal
+  is a harmless duplicate). It is never presumed an orphan: its token carries its signal;
 * an index row of a deferral (``inbox``) whose token is gone - at once (the message was
   released and processed);
 * a pending token (created before its record's commit, ``dispatch``) that no committed record
@@ -82,7 +83,9 @@ class Sweeper:
                 self._inbox.delete_if_unchanged(token)
                 report.fences_removed += 1
             elif (token.state is TokenState.LIVE and token.generation and token.signal
-                  and self._release_resend < age <= self._orphan_age):
+                  and age > self._release_resend):
+                # A released deferral carries its signal: never a presumed orphan, since the
+                # sweeper itself can always make its signal come.
                 self._resend(token.endpoint, token.signal)
                 report.released_signals_resent += 1
             elif token.state is TokenState.PENDING and age > self._pending_age:

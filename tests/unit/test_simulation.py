@@ -14,7 +14,7 @@ from bus.testing.simulate import run_once
 RUNS_PER_BREAK = {
     "skip-token-check": 10,  # it multiplies work; a few runs already fail
     # Needs a worker to stall between its token create and its commit while the sweeper runs:
-    # first failing seed 216 (docs/protocol.md); every break must fail within 300 runs.
+    # first failing seed 126 (docs/protocol.md); every break must fail within 300 runs.
     "skip-origin-fence": 300,
 }
 

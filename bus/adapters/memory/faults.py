@@ -29,7 +29,8 @@ class FaultHooks(Protocol):
 
     def page_length(self, limit: int) -> int:
         """How many rows the next page of a query holds: at most ``limit`` (the service's
-        page size); fewer, or none with more to follow, as Azure may answer."""
+        page size); fewer, or none with more to follow, as Azure may answer. Optional: hooks
+        without it get whole pages."""
 
 
 class NoFaults:

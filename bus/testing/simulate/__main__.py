@@ -15,8 +15,10 @@ from bus.testing.simulate.run import run_once
 _SHOWN_FAILURES = 5
 EXERCISED = ("functions_deliveries", "functions_requeued", "host_poisoned",
              "orchestrations_started", "orchestrations_repeated", "orchestrations_never_run",
-             "dead_letters_replayed")
-"""How often each entry point beside the polling worker ran (bus.testing.simulate.functions)."""
+             "dead_letters_replayed", "presumed_orphans")
+"""How often each entry point beside the polling worker ran (bus.testing.simulate.functions),
+and how many live tokens the sweeper parked as presumed orphans (their messages processed all
+the same when their signals came)."""
 
 
 def main(argv: list[str] | None = None) -> int:

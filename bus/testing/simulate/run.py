@@ -29,9 +29,14 @@ from bus.testing.simulate.world import Actor, FaultProfile, Gate, World
 
 MAX_STEPS = 200_000
 STALLED_SECONDS = 5.0  # maintenance finishes records committed this long ago
+ORPHAN_AGE_SECONDS = 4.0
+"""The orphan age of half of the runs: past it, a live token with no signal yet is parked as a
+presumed orphan. Short, so that backlogs, stalls and scheduled sends outlast it and signals come
+after all (the other half never presume one, as a deployment far from its 7 days)."""
 SETTINGS = Settings(
     max_delivery_count=50,  # poisoning after handler failures is tested elsewhere
-    lease_seconds=10.0, ghost_horizon_seconds=600.0, orphan_age_seconds=1e9,
+    lease_seconds=10.0, ghost_horizon_seconds=600.0,
+    orphan_age_seconds=1e9,  # or ORPHAN_AGE_SECONDS: drawn per run
     release_resend_seconds=2.0,
     pending_age_seconds=1.0,  # the sweeper meets records still being committed
     send_attempts=10_000,  # the client never gives up (a send that raises is not exactly-once)
@@ -63,9 +68,12 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
                   defer=rng.choice((0.0, 0.5, 1.0)), declared_reads=rng.random() < 0.5)
     # Drawn apart from ``rng`` so that the draws above stay what they were for each seed.
     layout = random.Random(seed ^ 0x51075)
+    horizon = random.Random(seed ^ 0x0AF4)  # a short orphan age in half of the runs
     settings = SETTINGS.model_copy(update={"slot_cache_size": layout.choice((0, 4, 1024)),
                                            "signal_bundles": layout.random() < 0.75,
-                                           "group_sends": layout.random() < 0.75})
+                                           "group_sends": layout.random() < 0.75,
+                                           "orphan_age_seconds": horizon.choice(
+                                               (ORPHAN_AGE_SECONDS, 1e9))})
     processes = layout.random() < 0.5  # each worker its own Bus: its own slot cache
     senders = layout.choice((1, 2, 6))  # client actors sending at once (their sends group)
     hosting = random.Random(seed ^ 0xF0C7)  # which host runs each endpoint instance
@@ -120,7 +128,8 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
             storage.queues.bodies(bus.names.queue(e)) for e in bus.topology.endpoints
         ) and not any(_in_flight(t) for t in bus.inbox.all()) and not any(
             _to_replay(body, garbage_bodies) for e in bus.topology.endpoints
-            for body in storage.queues.bodies(bus.names.poison_queue(e)))
+            for body in storage.queues.bodies(bus.names.poison_queue(e))
+        ) and not _unfinished_records(bus, storage)
 
     def expire_lease() -> bool:
         return storage.queues.expire_lease(lambda ids: world.rng.randrange(len(ids)))
@@ -139,6 +148,9 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
     for endpoint in bus.topology.endpoints:
         bus.dead_letters(endpoint).adopt()  # what the host poisoned, read like the rest
     result.statistics.update(counts)
+    result.statistics["presumed_orphans"] = sum(
+        _orphan_report(PoisonEntry.decode(body)) for e in bus.topology.endpoints
+        for body in storage.queues.bodies(bus.names.poison_queue(e)) if body not in garbage_bodies)
     result.violations.extend(check(bus, storage, len(roots), [body for body, _ in garbage]))
     return result
 
@@ -200,6 +212,16 @@ def _worker(bus: Bus, world: World, endpoint: str) -> Callable[[], None]:
     return work
 
 
+def _unfinished_records(bus: Bus, storage: InMemoryStorage) -> list[str]:
+    """The outbox slots holding a record still to finish (maintenance finishes them: one whose
+    incoming token the sweeper parked as a presumed orphan is no exception)."""
+    tokens = {(t.endpoint, t.attempt_id): t for t in bus.inbox.all()}
+    return [f"{endpoint}/{slot.partition}" for endpoint in bus.topology.endpoints
+            for slot in Outbox(storage.tables, bus.names.state_table(endpoint)).pending()
+            if slot.record is not None and not finished(
+                slot.record, tokens.get((endpoint, slot.record.attempt_id)))]
+
+
 def _in_flight(token: Token) -> bool:
     """A message not done yet: live, pending or deferred (fenced tokens are tombstones, the
     sweeper removes them after the ghost horizon; parked ones wait for a replay)."""
@@ -212,7 +234,10 @@ def _to_replay(body: str, garbage: set[str]) -> bool:
     if body in garbage:
         return False
     try:
-        return PoisonEntry.decode(body).original_body not in garbage
+        entry = PoisonEntry.decode(body)
+        if _orphan_report(entry):
+            return False  # a report, not a message: its token says what became of it
+        return entry.original_body not in garbage
     except (ValueError, binascii.Error):
         return True  # the host moved it: adopted, then replayed
 
@@ -294,9 +319,12 @@ def _effects(bus: Bus, storage: InMemoryStorage, roots: int) -> list[str]:
 
 def _left_behind(bus: Bus, storage: InMemoryStorage) -> list[str]:
     tokens = bus.inbox.all()
+    # Every token's signal comes in the end (senders fence what they cannot finish), so a
+    # token still parked as a presumed orphan had none: a token created again after its
+    # message was processed (a late request), which any copy would process once more.
     violations = [f"left behind: {t.state.value} token {t.endpoint}/{t.attempt_id} "
-                  f"of {t.message_id}"
-                  for t in tokens if t.state is not TokenState.PARKED]
+                  f"of {t.message_id}{' (a presumed orphan)' if t.orphan else ''}"
+                  for t in tokens if t.state is not TokenState.PARKED or t.orphan]
     by_key = {(t.endpoint, t.attempt_id): t for t in tokens}
     for endpoint in bus.topology.endpoints:
         outbox = Outbox(storage.tables, bus.names.state_table(endpoint))
@@ -315,6 +343,12 @@ def _left_behind(bus: Bus, storage: InMemoryStorage) -> list[str]:
     return violations
 
 
+def _orphan_report(entry: PoisonEntry) -> bool:
+    """The sweeper's report of a token it parked as a presumed orphan (no body)."""
+    return entry.envelope is None and not entry.original_body and entry.reason.startswith(
+        "orphan inbox token")
+
+
 def _poison(bus: Bus, storage: InMemoryStorage, garbage: list[str]) -> list[str]:
     """Exactly the bad signals are in the poison queue, each at least once; nothing else."""
     violations: list[str] = []
@@ -322,6 +356,8 @@ def _poison(bus: Bus, storage: InMemoryStorage, garbage: list[str]) -> list[str]
     for endpoint in bus.topology.endpoints:
         for body in storage.queues.bodies(bus.names.poison_queue(endpoint)):
             entry = PoisonEntry.decode(body)
+            if _orphan_report(entry):
+                continue  # what became of its message, the effects and tokens tell
             if entry.original_body not in garbage:
                 violations.append(f"poisoned at {endpoint}: {entry.reason}")
             poisoned.append(entry.original_body)

@@ -140,6 +140,8 @@ class World:
         self._yield()
 
     def page_length(self, limit: int) -> int:
+        if self.current is None:
+            return limit  # set-up and checks: whole answers, no draws
         if self.rng.random() < self.profile.page_break:
             self.counters.add("page_break")
             return self.rng.randint(0, min(limit - 1, 2))
