@@ -95,6 +95,7 @@ class Bus:
             queues=storage.queues, names=self.names, inbox=self.inbox, payloads=self.payloads,
             clock=clock, in_flight=self.settings.max_in_flight_sends,
             bundles=self.settings.signal_bundles,
+            token_before_payload=self.safeguards.token_before_payload,
             room=Room(queues=storage.queues, names=self.names, clock=clock,
                       limits=depth_limits,
                       ttl=self.settings.depth_check_seconds))
@@ -357,7 +358,8 @@ class Bus:
 
     def poison_queue(self, endpoint: str) -> PoisonQueue:
         return PoisonQueue(self.storage.queues, self.names.poison_queue(endpoint), endpoint,
-                           blobs=self.storage.blobs, container=self.payloads.container)
+                           blobs=self.storage.blobs, container=self.payloads.container,
+                           new_id=self.new_id)
 
     # -- maintenance -----------------------------------------------------------------------
     def sweeper(self) -> Sweeper:

@@ -5,6 +5,9 @@ enforces Azure's limits) and Azurite."""
 
 from __future__ import annotations
 
+import base64
+import json
+
 import pytest
 
 from bus import Bus, Command, Context, Endpoint
@@ -103,3 +106,22 @@ def test_outgoing_messages_over_an_entity_in_utf16_are_poisoned_before_any_token
     assert [t.row_key for t in tokens] == [letter.entry.envelope.attempt_id
                                            if letter.entry.envelope else ""]
     assert seen == ["f"] * 5  # every delivery ran the handler; none committed
+
+
+def test_a_poison_entry_pointing_outside_its_place_is_never_followed(
+        storage: Storage, prefix: str) -> None:
+    """A forged version 2 entry naming another blob: listed with the reason, and purging it
+    leaves that blob alone."""
+    bus, _ = build(storage, prefix)
+    container = bus.names.topic_container
+    bus.storage.blobs.write(container, "orders.json", b'["notes"]')
+    entry = {"v": 2, "reason": "r", "dequeue_count": 1, "endpoint": "notes",
+             "poisoned_at": "2026-11-24T00:00:00Z", "original_body": "",
+             "entry_ref": {"container": container, "blob": "orders.json"}}
+    body = base64.b64encode(json.dumps(entry).encode()).decode()
+    bus.storage.queues.send(bus.names.poison_queue("notes"), body)
+    dead = bus.dead_letters("notes")
+    [letter] = dead.entries()
+    assert "where this bus keeps no poison entries: not read" in letter.entry.reason
+    assert dead.purge() == [letter.id]
+    assert bus.storage.blobs.read(container, "orders.json").data == b'["notes"]'

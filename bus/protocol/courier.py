@@ -25,7 +25,8 @@ class Courier:
 
     def __init__(self, *, queues: Queues, names: Names, inbox: Inbox, payloads: Payloads,
                  clock: Callable[[], float], room: Room | None = None,
-                 in_flight: int = 32, bundles: bool = True) -> None:
+                 in_flight: int = 32, bundles: bool = True,
+                 token_before_payload: bool = True) -> None:
         self._queues = queues
         self._names = names
         self.inbox = inbox
@@ -33,6 +34,7 @@ class Courier:
         self._clock = clock
         self.room = room
         self._bundles = bundles
+        self._token_first = token_before_payload  # off: the "payload-before-token" break
         self._capacity = queues.limits.signal_bytes
         self._longest_delay = queues.limits.longest_delay
         self.bundled = 0
@@ -46,11 +48,17 @@ class Courier:
         the sweeper delete a blob whose token is gone.
         """
         with self._in_flight:
+            if not self._token_first:
+                self._put_payload(envelope)
             self.inbox.create(envelope.destination, envelope.attempt_id, envelope.message_id,
                               self._clock(), _due(envelope))
-            if not fits_signal(envelope, self._capacity):
-                self.payloads.put(self.payloads.ref(envelope.destination, envelope.attempt_id),
-                                  envelope.inline_payload())
+            if self._token_first:
+                self._put_payload(envelope)
+
+    def _put_payload(self, envelope: Envelope) -> None:
+        if not fits_signal(envelope, self._capacity):
+            self.payloads.put(self.payloads.ref(envelope.destination, envelope.attempt_id),
+                              envelope.inline_payload())
 
     def place_many(self, envelopes: Sequence[Envelope],
                    origins: Sequence[Origin] | None = None) -> list[str]:
@@ -64,6 +72,9 @@ class Courier:
         now = self._clock()
         etags = [""] * len(envelopes)
         with self._in_flight:
+            if not self._token_first:
+                for envelope in envelopes:
+                    self._put_payload(envelope)
             for destination, indexes in by_destination.items():
                 created = self.inbox.create_many(
                     destination,
@@ -72,11 +83,9 @@ class Courier:
                     [_due(envelopes[i]) for i in indexes])
                 for index, etag in zip(indexes, created, strict=True):
                     etags[index] = etag
-            for envelope in envelopes:
-                if not fits_signal(envelope, self._capacity):
-                    self.payloads.put(
-                        self.payloads.ref(envelope.destination, envelope.attempt_id),
-                        envelope.inline_payload())
+            if self._token_first:
+                for envelope in envelopes:
+                    self._put_payload(envelope)
         return etags
 
     def check_room(self, destination: str) -> None:

@@ -225,6 +225,8 @@ class Dispatcher:
 
     def fence_superseded(self, record: OutboxRecord) -> None:
         """Step 5: tombstones for the attempt ids step 1 replaced (none were signalled)."""
+        if not self._safeguards.fence_superseded:
+            return  # the "skip-fence-superseded" break
         for attempt in record.superseded:
             self._courier.fence(attempt.destination, attempt.attempt_id, record.message_id)
 

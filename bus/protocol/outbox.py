@@ -158,7 +158,6 @@ class Outbox:
             return TableOp("insert", entity)
         return TableOp("replace", entity, slot.etag)
 
-
     def _encode(self, partition: str, record: OutboxRecord | None) -> Entity:
         return _encode(partition, record, self._limits)
 
@@ -170,7 +169,7 @@ def _encode(partition: str, record: OutboxRecord | None, limits: StorageLimits) 
     chunks = split_text(text, limits.property_bytes)
     properties: dict[str, str | int] = {"chunks": len(chunks)}
     properties.update({f"r{i}": chunk for i, chunk in enumerate(chunks)})
-    entity = Entity(partition or "p", SLOT_ROW, properties)
+    entity = Entity(partition, SLOT_ROW, properties)
     try:
         check_entity(entity, limits)
     except Refused as exc:
@@ -178,7 +177,7 @@ def _encode(partition: str, record: OutboxRecord | None, limits: StorageLimits) 
             f"the outgoing messages of one handler call take {len(text)} characters, more "
             f"than an outbox record holds ({exc}). Send a reference to data you store "
             "yourself instead of the data.") from exc
-    return Entity(partition, SLOT_ROW, properties)
+    return entity
 
 
 def _decode(row: Entity) -> OutboxRecord | None:

@@ -19,13 +19,14 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import uuid
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from bus.envelope import Envelope, PayloadRef
+from bus.ids import random_id
 from bus.storage import Blobs, NotFound, Queues
 from bus.versions import POISON_ENTRY
 
@@ -66,12 +67,13 @@ class PoisonQueue:
     """Writes, reads and discards the entries of one endpoint's poison queue."""
 
     def __init__(self, queues: Queues, queue: str, endpoint: str, *, blobs: Blobs,
-                 container: str) -> None:
+                 container: str, new_id: Callable[[], str] = random_id) -> None:
         self._queues = queues
         self._queue = queue
         self._endpoint = endpoint
         self._blobs = blobs
         self._container = container
+        self._new_id = new_id
 
     def put(self, original_body: str, *, reason: str, dequeue_count: int, now: float,
             envelope: Envelope | None = None, exception: str | None = None) -> None:
@@ -92,6 +94,10 @@ class PoisonQueue:
         ref = entry.entry_ref
         if ref is None:
             return entry
+        if not self._ours(ref):  # a forged pointer: never read (or delete) what it names
+            return entry.model_copy(update={
+                "reason": f"{entry.reason} (it points to {ref.container}/{ref.blob}, where "
+                          "this bus keeps no poison entries: not read)", "entry_ref": None})
         try:
             data = self._blobs.read(ref.container, ref.blob).data
         except NotFound:
@@ -101,14 +107,20 @@ class PoisonQueue:
 
     def discard(self, entry: PoisonEntry) -> None:
         """Delete the blob an entry was kept in, if any (after its queue entry is gone)."""
-        if entry.entry_ref is not None:
+        if entry.entry_ref is not None and self._ours(entry.entry_ref):
             with contextlib.suppress(NotFound):
                 self._blobs.delete(entry.entry_ref.container, entry.entry_ref.blob)
+
+    def _ours(self, ref: PayloadRef) -> bool:
+        """Whether ``ref`` names a blob where this queue keeps its entries."""
+        return (ref.container == self._container
+                and ref.blob.startswith(f"{BLOB_PREFIX}{self._endpoint}/")
+                and "/" not in ref.blob[len(BLOB_PREFIX) + len(self._endpoint) + 1:])
 
     def _stored(self, entry: PoisonEntry, body: str) -> PoisonEntry:
         """Keep ``entry`` (encoded: ``body``) in a blob; the entry that points to it."""
         ref = PayloadRef(container=self._container,
-                         blob=f"{BLOB_PREFIX}{self._endpoint}/{uuid.uuid4().hex}")
+                         blob=f"{BLOB_PREFIX}{self._endpoint}/{self._new_id()}")
         self._blobs.write(ref.container, ref.blob, body.encode("ascii"))
         return PoisonEntry(
             v=2, reason=entry.reason[:_SHOWN], dequeue_count=entry.dequeue_count,

@@ -399,6 +399,9 @@ class Receiver:
         """Step 3: the partition's slot (and declared rows) as this process's last commit of
         it left them, if it remembers that commit (``slotcache``), else as read now."""
         rows = self._outbox.claimed_rows(d.reads)
+        if not self._safeguards.snapshot_claim and rows:  # the "split-claim-read" break
+            earlier = self._outbox.load(d.partition, rows)  # the rows as they were then,
+            return replace(self._outbox.load(d.partition), rows=earlier.rows)  # a later slot
         return self._slots.lookup(d.partition, rows) or self._outbox.load(d.partition, rows)
 
     def _remember(self, committed: Slot, claimed: Slot, operations: list[TableOp]) -> None:

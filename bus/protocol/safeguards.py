@@ -37,6 +37,13 @@ class Safeguards:
     record of its own over it."""
     check_origin_record: bool = True
     """The sweeper keeps a pending token that a committed record in its origin slot lists."""
+    snapshot_claim: bool = True
+    """A claim reads its slot and declared rows in one request: one snapshot."""
+    fence_superseded: bool = True
+    """Finishing a record leaves tombstones for the attempt ids it replaced with fresh ones."""
+    token_before_payload: bool = True
+    """A copy's token is created before its claim-check blob, so a blob without a token is
+    garbage the sweeper may delete."""
     process_presumed_orphans: bool = True
     """A copy whose token the sweeper parked as a presumed orphan (no signal within
     ``orphan_age``) is processed when it comes after all."""
@@ -68,6 +75,12 @@ BREAKS: dict[str, tuple[Safeguards, str]] = {
                                "commit over an unfinished record without completing it first"),
     "skip-origin-check": (Safeguards(check_origin_record=False),
                           "the sweeper removes old pending tokens a committed record lists"),
+    "split-claim-read": (Safeguards(snapshot_claim=False),
+                         "a claim reads its declared rows and then its slot, in two requests"),
+    "skip-fence-superseded": (Safeguards(fence_superseded=False),
+                              "finish a record without fencing the attempt ids it replaced"),
+    "payload-before-token": (Safeguards(token_before_payload=False),
+                             "write a copy's claim-check blob before its token"),
     "drop-presumed-orphans": (Safeguards(process_presumed_orphans=False),
                               "a copy arriving after its token was parked as a presumed orphan "
                               "is dropped"),
