@@ -15,7 +15,8 @@ from bus.testing.simulate.run import run_once
 _SHOWN_FAILURES = 5
 EXERCISED = ("functions_deliveries", "functions_requeued", "host_poisoned",
              "orchestrations_started", "orchestrations_repeated", "orchestrations_never_run",
-             "dead_letters_replayed", "presumed_orphans")
+             "dead_letters_replayed", "presumed_orphans", "skewed_processes",
+             "deferred_again")
 """How often each entry point beside the polling worker ran (bus.testing.simulate.functions),
 and how many live tokens the sweeper parked as presumed orphans (their messages processed all
 the same when their signals came)."""

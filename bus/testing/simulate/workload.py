@@ -51,6 +51,7 @@ class Knobs:
     scheduled: float = 0.0  # chance that Finish is sent with a delay (scheduled delivery)
     bounded: int | None = None  # max queue depth of b and e (back-pressure), None: unbounded
     defer: float = 0.0  # chance that c defers a Happened (released by e, or by a releaser)
+    deferrals: int = 1  # how many times c may defer one Happened (again after a release)
     declared_reads: bool = False  # handlers declare the counter row (read with the claim)
 
 
@@ -95,9 +96,10 @@ def build(knobs: Knobs, roll: Callable[[], float], new_id: Callable[[], str]) ->
 
     @endpoints["c"].handles(Happened, partition=partition, reads=reads)
     def on_happened_c(message: Happened, ctx: Context) -> None:
-        if ctx.deferrals == 0 and roll() < knobs.defer:
+        if ctx.deferrals < knobs.deferrals and roll() < knobs.defer:
             # Deferral commits with state: a unique row, so a deferral applied twice shows.
-            ctx.state.put(f"wait.{message.root}.{new_id()}", {"root": message.root})
+            ctx.state.put(f"wait.{message.root}.{new_id()}",
+                          {"root": message.root, "generation": ctx.deferrals})
             ctx.defer()
             return
         effect(ctx, message, message.root)
