@@ -20,6 +20,13 @@ from bus.errors import UnreadableVersion
 from bus.versions import ENVELOPE
 
 ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"
+NAME_CHARS = 256
+"""The longest ``source``, ``destination``, ``topic``, ``correlation_id``, ``causation_id`` and
+``content_type`` (each is copied into every message a handler sends: a long one would make
+them too large for a queue message)."""
+MAX_HEADERS = 32
+HEADER_NAME_CHARS = 128
+HEADER_VALUE_CHARS = 1_024
 
 
 class BadSignal(ValueError):
@@ -44,14 +51,14 @@ class Envelope(BaseModel):
     attempt_id: str = Field(pattern=ID_PATTERN)
     kind: Literal["command", "event"]
     message_type: str = Field(min_length=1, max_length=256)
-    source: str
-    destination: str
-    topic: str | None = None
-    correlation_id: str
-    causation_id: str | None = None
-    headers: dict[str, str] = Field(default_factory=dict)
+    source: str = Field(max_length=NAME_CHARS)
+    destination: str = Field(max_length=NAME_CHARS)
+    topic: str | None = Field(None, max_length=NAME_CHARS)
+    correlation_id: str = Field(max_length=NAME_CHARS)
+    causation_id: str | None = Field(None, max_length=NAME_CHARS)
+    headers: dict[str, str] = Field(default_factory=dict, max_length=MAX_HEADERS)
     sent_at: datetime
-    content_type: str = "application/json"
+    content_type: str = Field("application/json", max_length=NAME_CHARS)
     payload: str | None = None
     payload_encoding: Literal["utf-8", "base64"] = "utf-8"
     payload_ref: PayloadRef | None = None
@@ -63,6 +70,16 @@ class Envelope(BaseModel):
     def _one_payload(self) -> Envelope:
         if (self.payload is None) == (self.payload_ref is None):
             raise ValueError("exactly one of payload and payload_ref must be set")
+        if self.payload is not None and self.payload_encoding == "base64":
+            try:
+                base64.b64decode(self.payload, validate=True)
+            except (binascii.Error, ValueError) as exc:
+                raise ValueError(f"payload is not valid base64: {exc}") from exc
+        for name, value in self.headers.items():
+            if len(name) > HEADER_NAME_CHARS or len(value) > HEADER_VALUE_CHARS:
+                raise ValueError(f"header {name[:40]!r}: names take at most "
+                                 f"{HEADER_NAME_CHARS} characters, values "
+                                 f"{HEADER_VALUE_CHARS}")
         return self
 
     def inline_payload(self) -> bytes:
@@ -95,6 +112,9 @@ def encode_signal(envelope: Envelope) -> str:
     return base64.b64encode(envelope.to_json().encode("utf-8")).decode("ascii")
 
 
+MAX_BUNDLE_PARTS = 32
+"""Signals one bundle carries at most (what one receive leases at most): a bundle of more is
+poisoned whole, never split into thousands of entries."""
 _BUNDLE_HEAD = '{"bus":1,"bundle":['
 _BUNDLE_TAIL = "]}"
 BUNDLE_OVERHEAD = len(_BUNDLE_HEAD) + len(_BUNDLE_TAIL)
@@ -128,12 +148,16 @@ def bundle_parts(raw: bytes) -> list[bytes] | None:
         return None
     try:
         document = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (ValueError, RecursionError):
         return None
     signals = document.get("bundle") if isinstance(document, dict) else None
-    if not isinstance(signals, list):
+    if not isinstance(signals, list) or not 0 < len(signals) <= MAX_BUNDLE_PARTS or not all(
+            isinstance(signal, dict) for signal in signals):
+        return None  # decoding it as an envelope says why it cannot be processed
+    try:
+        return [json.dumps(signal, ensure_ascii=False).encode("utf-8") for signal in signals]
+    except UnicodeEncodeError:  # a lone surrogate: poisoned whole, as above
         return None
-    return [json.dumps(signal, ensure_ascii=False).encode("utf-8") for signal in signals]
 
 
 DELIVERIES = "deliveries"
@@ -190,19 +214,40 @@ def decode_signal(body: str | bytes) -> Envelope:
 
 
 def parse_envelope(raw: bytes) -> Envelope:
-    """Parse the envelope JSON (already base64-decoded, as the Functions trigger hands it)."""
+    """Parse the envelope JSON (already base64-decoded, as the Functions trigger hands it).
+
+    Raises BadSignal, with the reason, for anything that is not an envelope this bus can
+    process and send on - never another exception, whatever the bytes."""
     try:
         document = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadSignal(f"body is not UTF-8 JSON: {exc}") from exc
+    except ValueError as exc:  # not UTF-8, not JSON, or an integer of thousands of digits
+        raise BadSignal(f"body is not UTF-8 JSON: {str(exc)[:200]}") from exc
+    except RecursionError as exc:
+        raise BadSignal("body is JSON nested too deeply") from exc
     if not isinstance(document, dict):
         raise BadSignal("body is JSON but not an object")
+    if "bundle" in document and "message_id" not in document:
+        raise BadSignal(f"a bundle this bus does not take apart (at most {MAX_BUNDLE_PARTS} "
+                        "parts, each an object)")
     try:
-        return Envelope.model_validate(ENVELOPE.read(document))
+        envelope = Envelope.model_validate(ENVELOPE.read(document))
     except UnreadableVersion as exc:
         raise BadSignal(str(exc)) from exc
     except ValidationError as exc:
         raise BadSignal(f"envelope is invalid: {_summary(exc)}") from exc
+    if b"\\u" in raw and not _encodable(envelope):
+        raise BadSignal("envelope is invalid: a string holds a lone surrogate, which UTF-8 "
+                        "cannot carry")
+    return envelope
+
+
+def _encodable(envelope: Envelope) -> bool:
+    """Whether the envelope can be written again (JSON escapes can name lone surrogates)."""
+    try:
+        envelope.to_json().encode("utf-8")
+    except ValueError:  # UnicodeEncodeError, PydanticSerializationError
+        return False
+    return True
 
 
 def _summary(exc: ValidationError) -> str:

@@ -76,6 +76,10 @@ class Admission:
             return self._not_yet(envelope, item)
         if not self._safeguards.ack_after_commit:
             item.ack()  # the "ack-before-commit" break: a crash from here on loses the message
+        if not self._payloads.confined(envelope, self.endpoint):
+            return self._poisoning.bad(item.body, envelope,
+                                       self._payloads.outside(envelope, self.endpoint),
+                                       item.dequeue_count, item.ack)
         payload = self._payload(envelope)
         if payload is None:
             return self._payload_missing(envelope, item)

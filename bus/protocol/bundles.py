@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
-from bus.envelope import BUNDLE_OVERHEAD, split_bundle
+from bus.envelope import BUNDLE_OVERHEAD, MAX_BUNDLE_PARTS, split_bundle
 
 
 class Leased(Protocol):
@@ -36,7 +36,7 @@ class Leased(Protocol):
 
 M = TypeVar("M", bound=Leased)
 
-MAX_PARTS = 32
+MAX_PARTS = MAX_BUNDLE_PARTS
 """Signals per bundle at most: what one receive call leases at most, so a bundle is never a
 bigger piece of work than a batch."""
 

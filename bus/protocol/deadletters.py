@@ -73,6 +73,7 @@ class ReplayResult(str, enum.Enum):
     RESENT = "resent"  # an earlier replay was interrupted: the signal is queued again
     STALE = "stale"  # the message was processed or purged since: the entry was removed
     NOT_A_MESSAGE = "not a message"  # nothing to replay (kept; purge it)
+    MISMATCHED = "mismatched"  # its body is not the message its envelope names (kept; purge it)
 
 
 class DeadLetters:
@@ -134,7 +135,8 @@ class DeadLetters:
                     token = self._inbox.read(self.endpoint, entry.envelope.attempt_id)
                     if token is not None and verdict(token) is Verdict.PARKED:
                         self._inbox.delete_if_unchanged(token)
-                        if entry.envelope.payload_ref is not None:
+                        if entry.envelope.payload_ref is not None and self._payloads.confined(
+                                entry.envelope, self.endpoint):
                             self._payloads.delete(entry.envelope.payload_ref)
                 self._queues.delete(self._poison, message)
                 self._writer.discard(entry)
@@ -146,6 +148,8 @@ class DeadLetters:
         envelope = entry.envelope
         if envelope is None or not entry.original_body:
             return ReplayResult.NOT_A_MESSAGE
+        if not self._matches(entry, envelope):
+            return ReplayResult.MISMATCHED
         for _ in range(_ROUNDS):
             token = self._inbox.read(self.endpoint, envelope.attempt_id)
             found = verdict(token)
@@ -163,6 +167,18 @@ class DeadLetters:
             self._writer.discard(entry)
             return result
         raise Contention(f"the token of {envelope.message_id} kept changing")
+
+    def _matches(self, entry: PoisonEntry, envelope: Envelope) -> bool:
+        """Whether the entry's body is the signal of the message its envelope names, for this
+        endpoint: a replay unparks the envelope's token and sends the body, so a forged entry
+        must not pair one message's token with another's body."""
+        try:
+            sent = decode_signal(_as_sent(entry.original_body))
+        except BadSignal:
+            return False
+        return ((sent.message_id, sent.attempt_id, sent.destination)
+                == (envelope.message_id, envelope.attempt_id, envelope.destination)
+                and envelope.destination == self.endpoint)
 
     def _letter(self, message: QueueMessage, entry: PoisonEntry) -> DeadLetter:
         state = None

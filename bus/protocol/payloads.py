@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 
-from bus.envelope import PayloadRef
+from bus.envelope import Envelope, PayloadRef
 from bus.storage import Blobs, NotFound
 
 
@@ -20,6 +20,21 @@ class Payloads:
 
     def ref(self, destination: str, attempt_id: str) -> PayloadRef:
         return PayloadRef(container=self.container, blob=f"{destination}/{attempt_id}")
+
+    def confined(self, envelope: Envelope, endpoint: str) -> bool:
+        """Whether the envelope's payload reference (if any) names the one blob this copy's
+        payload may be in: its own claim check at ``endpoint``. Anything else - another
+        container, another message's blob, a topic file - is never read or deleted."""
+        ref = envelope.payload_ref
+        return ref is None or ref == self.ref(endpoint, envelope.attempt_id)
+
+    def outside(self, envelope: Envelope, endpoint: str) -> str:
+        """Why an envelope that is not ``confined`` cannot be processed (a poison reason)."""
+        ref = envelope.payload_ref
+        assert ref is not None
+        expected = self.ref(endpoint, envelope.attempt_id)
+        return (f"payload reference {ref.container[:63]}/{ref.blob[:200]} is not this "
+                f"message's claim check ({expected.container}/{expected.blob}): not read")
 
     def put(self, ref: PayloadRef, data: bytes) -> None:
         self.blobs.write(ref.container, ref.blob, data)

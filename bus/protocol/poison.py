@@ -57,7 +57,12 @@ class PoisonEntry(BaseModel):
 
     @classmethod
     def decode(cls, body: str) -> PoisonEntry:
-        document = json.loads(base64.b64decode(body))
+        """The entry ``body`` holds; ValueError (UnreadableVersion among them) for anything
+        else, whatever the bytes."""
+        try:
+            document = json.loads(base64.b64decode(body))
+        except RecursionError as exc:
+            raise ValueError("a poison entry nested too deeply") from exc
         if not isinstance(document, dict):
             raise ValueError("a poison entry is a JSON object")
         return cls.model_validate(POISON_ENTRY.read(document))

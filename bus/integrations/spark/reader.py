@@ -192,6 +192,8 @@ class Drainer:
                     f"whose reader expects {contract.message_type!r}", None)
         if envelope.payload_ref is None:
             data = envelope.inline_payload()
+        elif not self._bus.payloads.confined(envelope, self.endpoint):
+            return self._bus.payloads.outside(envelope, self.endpoint), None
         else:
             found = retried(self._bus.payloads.get, envelope.payload_ref)
             if found is None:
@@ -260,7 +262,9 @@ class Drainer:
                 retried(self._bus.storage.queues.extend, self._queue, part.message, lease=0)
 
     def _duplicate(self, part: Part[QueueMessage], envelope: Envelope) -> None:
-        if envelope.payload_ref is not None:  # the token is gone: the blob is garbage
+        # The token is gone: the copy's own claim-check blob is garbage (and only that one).
+        if envelope.payload_ref is not None and self._bus.payloads.confined(envelope,
+                                                                            self.endpoint):
             retried(self._bus.payloads.delete, envelope.payload_ref)
         self._delete(part)
 

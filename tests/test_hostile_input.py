@@ -1,0 +1,226 @@
+"""Whatever bytes a queue holds, the bus ends with the message processed, dropped as a copy of
+a consumed one, or poisoned with a reason - and no host loop or dead-letter tool raises. Hostile
+and malformed input generated with hypothesis: arbitrary bytes, and valid envelopes and bundles
+with one field replaced by something hostile (deep nesting, integers of thousands of digits,
+lone surrogates, bad base64, oversized strings, references to blobs of others, bundles of
+thousands of parts). In-memory backend, through the polling worker and the Functions trigger."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from bus import Bus, Command, Context, Endpoint, RetryPolicy
+from bus.envelope import BadSignal, parse_envelope
+from bus.hosting.functions.trigger import QueueTrigger
+from bus.protocol.delivery import Outcome
+from bus.testing import InMemoryStorage, drain
+
+
+class Note(Command):
+    key: str
+
+
+def build() -> tuple[Bus, list[str]]:
+    desk = Endpoint("desk", retry=RetryPolicy(delays=(0.0,)))
+    seen: list[str] = []
+
+    @desk.handles(Note, partition=lambda m: m.key)
+    def note(message: Note, ctx: Context) -> None:
+        seen.append(message.key)
+        ctx.state.put("n", {"n": len(seen)})
+
+    bus = Bus(InMemoryStorage(), [desk], prefix="h")
+    bus.provision()
+    return bus, seen
+
+
+def valid_fields(bus: Bus) -> dict[str, str]:
+    """A valid envelope as JSON texts per field (its token is created by ``with_token``)."""
+    ref = bus.payloads.ref("desk", "a1")
+    return {
+        "bus": "1", "message_id": '"m1"', "attempt_id": '"a1"', "kind": '"command"',
+        "message_type": '"Note"', "source": '"client"', "destination": '"desk"',
+        "correlation_id": '"m1"', "sent_at": '"2026-11-24T00:00:00Z"',
+        "payload": json.dumps('{"key": "k"}'), "headers": '{"h": "v"}',
+        "_ref": json.dumps(ref.model_dump()),
+    }
+
+
+HOSTILE = st.sampled_from([
+    "[" * 5_000 + "]" * 5_000,  # nesting beyond the recursion limit
+    "1" + "0" * 5_000,  # an integer beyond Python's 4,300-digit limit
+    '"\\ud800"', '"a\\udfff"',  # lone surrogates
+    json.dumps("x" * 40_000),  # longer than any field takes
+    '"QUJD="', '"=="',  # bad base64
+    "null", "true", "3.5e308", "-1", '""', '{"a": [1, {"b": null}]}', "[]",
+    '{"container": "other", "blob": "orders.json"}',  # someone else's blob
+    '{"container": "h-bus-topics", "blob": "t.json"}',  # a topic file
+]) | st.text(max_size=50).map(json.dumps)
+
+
+def document(fields: dict[str, str]) -> bytes:
+    return ("{" + ",".join(f'"{k}":{v}' for k, v in fields.items() if not k.startswith("_"))
+            + "}").encode("utf-8")
+
+
+@st.composite
+def mutated_envelopes(draw: st.DrawFn) -> tuple[str, str | None]:
+    """(field, JSON text) replacing one field of a valid envelope, or adding one."""
+    field = draw(st.sampled_from([
+        "bus", "message_id", "attempt_id", "kind", "message_type", "source", "destination",
+        "correlation_id", "causation_id", "topic", "sent_at", "not_before", "payload",
+        "payload_encoding", "payload_ref", "headers", "content_type", "deliveries", "bundle"]))
+    if field == "headers":
+        return field, draw(st.sampled_from([
+            json.dumps({f"h{i}": "v" for i in range(100)}),
+            json.dumps({"h": "v" * 5_000}), json.dumps({"h" * 500: "v"}), '{"h": 1}']))
+    if field == "payload_encoding":
+        return field, '"base64"'  # with the payload as it is: not base64
+    return field, draw(HOSTILE)
+
+
+def hostile_body(bus: Bus, mutation: tuple[str, str | None]) -> bytes:
+    fields = valid_fields(bus)
+    field, value = mutation
+    if field == "payload_ref" and value is not None and value.startswith("{"):
+        fields.pop("payload")
+    if value is not None:
+        fields[field] = value
+    return document(fields)
+
+
+def bundle_body(parts: int, part: bytes) -> bytes:
+    return b'{"bus":1,"bundle":[' + b",".join([part] * parts) + b"]}"
+
+
+@st.composite
+def hostile_raw(draw: st.DrawFn) -> bytes:
+    bus, _ = build()
+    kind = draw(st.sampled_from(["bytes", "envelope", "bundle"]))
+    if kind == "bytes":
+        return draw(st.binary(max_size=3_000))
+    if kind == "envelope":
+        return hostile_body(bus, draw(mutated_envelopes()))
+    part = draw(st.sampled_from([document(valid_fields(bus)), b"1", b'"x"', b"{}",
+                                 hostile_body(bus, draw(mutated_envelopes()))]))
+    return bundle_body(draw(st.sampled_from([1, 2, 33, 16_000 // max(1, len(part))])), part)
+
+
+def fits(raw: bytes) -> bool:
+    """Whether a queue can hold it (base64): nothing else can arrive."""
+    return len(base64.b64encode(raw)) <= 65_536
+
+
+def with_token(bus: Bus) -> None:
+    bus.inbox.create("desk", "a1", "m1", bus.clock())
+
+
+ENDS = {Outcome.PROCESSED.value, Outcome.DUPLICATE.value, Outcome.POISONED.value,
+        "parked", "fenced", "deferred"}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(raw=hostile_raw())
+def test_the_envelope_decoder_only_ever_says_why(raw: bytes) -> None:
+    try:
+        parse_envelope(raw)
+    except BadSignal as exc:
+        assert str(exc)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(raw=hostile_raw())
+def test_the_polling_worker_processes_or_poisons_anything(raw: bytes) -> None:
+    assume(fits(raw))
+    bus, _ = build()
+    with_token(bus)
+    bus.storage.queues.send(bus.names.queue("desk"), base64.b64encode(raw).decode())
+    drained = drain(bus, fail_fast=False)
+    assert set(drained.total()) <= ENDS, drained.total()
+    assert bus.storage.queues.depth(bus.names.queue("desk")) == 0
+    letters = bus.dead_letters("desk").entries()
+    assert len(letters) >= drained.total().get(Outcome.POISONED.value, 0)
+    assert all(letter.entry.reason for letter in letters)
+    bus.dead_letters("desk").replay()  # the tools never fail on an entry
+    assert bus.storage.blobs.list(bus.names.topic_container) == []
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(raw=hostile_raw())
+def test_the_functions_trigger_processes_or_poisons_anything(raw: bytes) -> None:
+    assume(fits(raw))
+    bus, _ = build()
+    with_token(bus)
+    trigger = QueueTrigger(bus, "desk", max_dequeue_count=5, inline_dispatch_max=None,
+                           in_process_tries=1)
+    delivery = trigger.deliver(raw, 1)  # returns: the host deletes the message
+    outcomes = [part.outcome for part in delivery.parts] or [delivery.outcome]
+    assert {o.value for o in outcomes} <= ENDS | {"scheduled"}
+    letters = bus.dead_letters("desk").entries()
+    assert len(letters) >= sum(o is Outcome.POISONED for o in outcomes)
+
+
+@pytest.mark.parametrize("blob", ["orders.json", "desk/someone-else"])
+def test_a_reference_to_another_blob_is_poisoned_and_never_touched(blob: str) -> None:
+    bus, seen = build()
+    with_token(bus)
+    container = bus.names.topic_container if blob.endswith(".json") else \
+        bus.names.payload_container
+    bus.storage.blobs.write(container, blob, b'{"key": "k"}')
+    fields = valid_fields(bus)
+    fields.pop("payload")
+    fields["payload_ref"] = json.dumps({"container": container, "blob": blob})
+    bus.storage.queues.send(bus.names.queue("desk"),
+                            base64.b64encode(document(fields)).decode())
+    drained = drain(bus, fail_fast=False)
+    assert drained.total() == {Outcome.POISONED.value: 1} and seen == []
+    [letter] = bus.dead_letters("desk").entries()
+    assert letter.entry.reason.startswith(f"payload reference {container}/{blob} is not this "
+                                          "message's claim check")
+    assert bus.dead_letters("desk").purge() == [letter.id]
+    assert bus.storage.blobs.read(container, blob).data == b'{"key": "k"}'  # still there
+
+
+def test_a_long_correlation_id_is_poisoned_before_it_blocks_anything() -> None:
+    """Copied into every message the handler sends, it would make them too large to send
+    after the commit; it is refused on receipt instead."""
+    bus, seen = build()
+    with_token(bus)
+    fields = valid_fields(bus)
+    fields["correlation_id"] = json.dumps("c" * 30_000)
+    bus.storage.queues.send(bus.names.queue("desk"),
+                            base64.b64encode(document(fields)).decode())
+    assert drain(bus, fail_fast=False).total() == {Outcome.POISONED.value: 1} and seen == []
+    [letter] = bus.dead_letters("desk").entries()
+    assert "correlation_id" in letter.entry.reason
+
+
+def test_a_bundle_of_thousands_of_parts_is_one_poison_entry() -> None:
+    bus, _ = build()
+    bus.storage.queues.send(bus.names.queue("desk"),
+                            base64.b64encode(bundle_body(10_000, b"{}")).decode())
+    assert drain(bus, fail_fast=False).total() == {Outcome.POISONED.value: 1}
+    [letter] = bus.dead_letters("desk").entries()
+    assert letter.entry.reason.startswith("a bundle this bus does not take apart")
+
+
+def test_replay_refuses_an_entry_whose_body_is_another_message() -> None:
+    """A forged entry pairing this message's envelope (its token is unparked by a replay)
+    with another message's body: refused, kept for purging."""
+    bus, seen = build()
+    first = bus.send(Note(key="a"))
+    drain(bus)
+    other = valid_fields(bus)
+    body = base64.b64encode(document(other)).decode()
+    poison = bus.poison_queue("desk")
+    bus.inbox.create("desk", "a2", "m2", bus.clock())
+    envelope = parse_envelope(document({**other, "message_id": '"m2"', "attempt_id": '"a2"'}))
+    poison.put(body, reason="forged", dequeue_count=1, now=bus.clock(), envelope=envelope)
+    results = bus.dead_letters("desk").replay()
+    assert list(results.values()) == ["mismatched"]
+    assert seen == ["a"] and first
