@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable
 
 from bus.errors import TopicError
+from bus.naming import ENDPOINT_PATTERN
 from bus.storage import Blobs, Conflict, Missing, NotFound, PreconditionFailed, TransientError
 
 _MAX_RACES = 50
@@ -74,8 +75,13 @@ def _parse(data: bytes, topic: str) -> list[str]:
     try:
         document = json.loads(data)
         subscribers = document["subscribers"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise TopicError(f"topic file for {topic!r} is not a recipient list: {exc}") from exc
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        raise TopicError(f"topic file for {topic!r} is not a recipient list: "
+                         f"{str(exc)[:200]}") from exc
     if not isinstance(subscribers, list) or not all(isinstance(s, str) for s in subscribers):
         raise TopicError(f"topic file for {topic!r}: 'subscribers' must be a list of names")
+    bad = [s for s in subscribers if not ENDPOINT_PATTERN.match(s)]
+    if bad:  # a name that is no endpoint would name queues and blobs nobody provisioned
+        raise TopicError(f"topic file for {topic!r}: {bad[0][:80]!r} is not an endpoint name "
+                         "(1-63 letters, digits, '.', '_' or '-')")
     return list(subscribers)

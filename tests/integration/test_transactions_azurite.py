@@ -15,7 +15,15 @@ from azure.data.tables import TableServiceClient, UpdateMode
 
 from bus.adapters.azure import transactions
 from bus.adapters.azure.store import AzureStorage, _row
-from bus.storage import Conflict, Entity, NotFound, PreconditionFailed, Refused, TableOp
+from bus.storage import (
+    Conflict,
+    Entity,
+    NotFound,
+    PreconditionFailed,
+    Refused,
+    TableOp,
+    TransientError,
+)
 
 pytestmark = pytest.mark.azurite
 
@@ -167,3 +175,35 @@ def test_errors_map_onto_the_port(azure_storage: AzureStorage) -> None:
         tables.transact(table, [TableOp("insert", Entity("p", f"r{i}", {}))
                                 for i in range(101)])  # the service's limit is 100
     assert tables.get(table, "p", "a").properties["n"] == 2
+
+
+def test_a_sas_signature_never_reaches_an_error_text(azurite_connection: str) -> None:
+    """An error the adapter raises carries no ``sig=`` of a SAS connection string: a refused
+    connection's text names the URL, query string included."""
+    import socket
+    import traceback
+    from datetime import datetime, timedelta, timezone
+
+    from azure.storage.queue import (
+        AccountSasPermissions,
+        ResourceTypes,
+        generate_account_sas,
+    )
+
+    parts = dict(p.split("=", 1) for p in azurite_connection.split(";") if "=" in p)
+    sas = generate_account_sas(parts["AccountName"], parts["AccountKey"],
+                               ResourceTypes(service=True, container=True, object=True),
+                               AccountSasPermissions(read=True, write=True, add=True,
+                                                     process=True, list=True),
+                               expiry=datetime.now(timezone.utc) + timedelta(hours=1))
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{free.getsockname()[1]}/{parts['AccountName']}"
+    connection = (f"BlobEndpoint={closed};QueueEndpoint={closed};TableEndpoint={closed};"
+                  f"SharedAccessSignature={sas}")
+    storage = AzureStorage.from_connection_string(connection)
+    with pytest.raises(TransientError) as failed:
+        storage.queues.send("q", "eA==")
+    logged = "".join(traceback.format_exception(failed.value))  # as a log handler prints it
+    assert "sig=REDACTED" in str(failed.value)
+    assert "sig=" not in logged.replace("sig=REDACTED", "")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -61,23 +62,45 @@ _KEYS = ("PartitionKey", "RowKey")
 
 @contextmanager
 def _translated() -> Iterator[None]:
-    """Map SDK exceptions onto the port's errors."""
+    """Map SDK exceptions onto the port's errors, with any SAS signature (``sig=``) in their
+    text redacted; an SDK error whose text held one is not chained (a logged traceback would
+    print it)."""
     try:
         yield
-    except ResourceModifiedError as exc:
-        raise PreconditionFailed(str(exc)) from exc
-    except ResourceNotFoundError as exc:
-        raise _not_found(str(getattr(exc, "error_code", "") or ""), str(exc)) from exc
-    except ResourceExistsError as exc:
-        raise Conflict(str(exc)) from exc
-    except (ServiceRequestError, ServiceResponseError) as exc:
-        raise TransientError(str(exc)) from exc
-    except HttpResponseError as exc:
-        raise _by_status(exc) from exc
-    except transactions.BatchRejected as exc:
-        raise _status_error(exc.status, "", str(exc), None, exc) from exc
-    except transactions.PayloadTooLarge as exc:
-        raise TooLarge(str(exc)) from exc
+    except Exception as exc:
+        mapped = _mapped(exc)
+        if mapped is None or mapped is exc:  # not the SDK's, or a status the port has not
+            raise
+        if _SIGNATURE.search(str(exc)):
+            raise mapped from None
+        raise mapped from exc
+
+
+_SIGNATURE = re.compile(r"(?i)\bsig=[^&\s'\"<>]+")
+
+
+def _redacted(text: str) -> str:
+    return _SIGNATURE.sub("sig=REDACTED", text)
+
+
+def _mapped(exc: Exception) -> Exception | None:
+    """The port's error for an SDK exception (None: not the SDK's)."""
+    text = _redacted(str(exc))
+    if isinstance(exc, ResourceModifiedError):
+        return PreconditionFailed(text)
+    if isinstance(exc, ResourceNotFoundError):
+        return _not_found(str(getattr(exc, "error_code", "") or ""), text)
+    if isinstance(exc, ResourceExistsError):
+        return Conflict(text)
+    if isinstance(exc, (ServiceRequestError, ServiceResponseError)):
+        return TransientError(text)
+    if isinstance(exc, HttpResponseError):
+        return _by_status(exc, text)
+    if isinstance(exc, transactions.BatchRejected):
+        return _status_error(exc.status, "", text, None, exc)
+    if isinstance(exc, transactions.PayloadTooLarge):
+        return TooLarge(text)
+    return None
 
 
 MISSING_CODES = ("QueueNotFound", "TableNotFound", "ContainerNotFound")
@@ -91,11 +114,11 @@ def _not_found(code: str, text: str) -> NotFound:
     return NotFound(text)
 
 
-def _by_status(exc: HttpResponseError) -> Exception:
+def _by_status(exc: HttpResponseError, text: str) -> Exception:
     code = getattr(exc, "error_code", None)
     headers = getattr(exc.response, "headers", None) or {}
     return _status_error(exc.status_code or 0, str(getattr(code, "value", code) or ""),
-                         str(exc), headers.get("Retry-After"), exc)
+                         text, headers.get("Retry-After"), exc)
 
 
 def _status_error(status: int, code: str, text: str, retry_after: str | None,
