@@ -224,3 +224,30 @@ def test_replay_refuses_an_entry_whose_body_is_another_message() -> None:
     results = bus.dead_letters("desk").replay()
     assert list(results.values()) == ["mismatched"]
     assert seen == ["a"] and first
+
+
+def test_a_topic_file_naming_no_endpoint_is_refused_with_the_reason() -> None:
+    from bus import Event, TopicError
+
+    class Happened(Event):
+        key: str
+
+    bus, _ = build()
+    bus.storage.blobs.write(bus.names.topic_container, "Happened.json",
+                            b'{"subscribers": ["desk", "../../etc"]}')
+    with pytest.raises(TopicError, match="'../../etc' is not an endpoint name"):
+        bus.publish(Happened(key="k"))
+
+
+def test_the_dead_letter_tools_survive_a_hostile_poison_queue() -> None:
+    bus, _ = build()
+    poison = bus.names.poison_queue("desk")
+    for raw in (b"[" * 5_000 + b"]" * 5_000, b'{"v": 1, "reason": ' + b"1" * 5_000 + b"}"):
+        bus.storage.queues.send(poison, base64.b64encode(raw).decode())
+    bus.storage.queues.send(poison, "not base64!")
+    dead = bus.dead_letters("desk")
+    letters = dead.entries()
+    assert len(letters) == 3 and all(letter.entry.reason for letter in letters)
+    assert set(dead.replay().values()) == {"not a message"}
+    assert sorted(dead.purge({letters[0].id})) == [letters[0].id]
+    assert len(dead.purge()) == 2 and dead.entries() == []
