@@ -178,7 +178,8 @@ def carried_deliveries(raw: bytes) -> tuple[bytes, int]:
     count = document.pop(DELIVERIES)
     if not isinstance(count, int) or isinstance(count, bool) or count < 0:
         count = 0
-    return _dumps(document), count
+    bare = _dumps(document)
+    return (raw, 0) if bare is None else (bare, count)
 
 
 def with_deliveries(raw: bytes, deliveries: int, capacity: int) -> bytes | None:
@@ -189,19 +190,26 @@ def with_deliveries(raw: bytes, deliveries: int, capacity: int) -> bytes | None:
         return None
     document.pop(DELIVERIES, None)
     annotated = _dumps({**document, DELIVERIES: deliveries} if deliveries > 0 else document)
-    return annotated if len(annotated) <= capacity else None
+    return annotated if annotated is not None and len(annotated) <= capacity else None
 
 
 def _object(raw: bytes) -> dict[str, object] | None:
+    """``raw`` as a JSON object, or None - whatever the bytes (not UTF-8, not JSON, an integer
+    of thousands of digits, nesting deeper than the interpreter's recursion limit)."""
     try:
         document = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (ValueError, RecursionError):
         return None
     return document if isinstance(document, dict) else None
 
 
-def _dumps(document: dict[str, object]) -> bytes:
-    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+def _dumps(document: dict[str, object]) -> bytes | None:
+    """Compact JSON, or None when a string holds a lone surrogate (UTF-8 cannot carry it) or
+    the nesting is too deep to write back."""
+    try:
+        return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except (UnicodeEncodeError, RecursionError):
+        return None
 
 
 def decode_signal(body: str | bytes) -> Envelope:
