@@ -41,6 +41,7 @@ from bus.protocol.outbox import ClaimLost, Outbox
 from bus.protocol.payloads import Payloads
 from bus.protocol.poison import PoisonQueue
 from bus.protocol.safeguards import Safeguards
+from bus.protocol.verdict import verdict
 
 ALL_ON = Safeguards()
 
@@ -104,8 +105,9 @@ class Sweeper:
             report.deferral_index_removed += 1
         for ref in self._payloads.refs():
             destination, _, attempt_id = ref.blob.partition("/")
-            owner = self._inbox.read(destination, attempt_id)
-            if owner is None or owner.state is TokenState.FENCED:
+            # The blob's question is the one a late copy of its message would ask: will
+            # anything read this payload again?
+            if verdict(self._inbox.read(destination, attempt_id)).payload_is_garbage:
                 self._payloads.delete(ref)
                 report.payloads_removed += 1
         return report

@@ -3,9 +3,10 @@
 Every place that meets a copy decides with :func:`verdict`, and nowhere else: the receiver
 (``receive``: the token check before the claim, a scheduled copy that arrived early, a copy
 whose claim-check payload is missing, a copy being poisoned), the Spark reader
-(``bus.integrations.spark.reader``) and the dead-letter tools (``deadletters``: replay and
-purge). The sweeper asks another question - which tokens are old enough to collect - and reads
-the states itself.
+(``bus.integrations.spark.reader``), the dead-letter tools (``deadletters``: replay and
+purge) and the sweeper, for a claim-check blob (is its payload garbage?). The sweeper's other
+question - which tokens are old enough to collect - is about ages, not copies, and reads the
+states itself.
 
 =============  ===============================  ==========================================
 verdict        token                            the copy
