@@ -47,6 +47,9 @@ class Safeguards:
     process_presumed_orphans: bool = True
     """A copy whose token the sweeper parked as a presumed orphan (no signal within
     ``orphan_age``) is processed when it comes after all."""
+    stage_before_settle: bool = True
+    """The Spark reader stages the messages it takes before it consumes their tokens and
+    deletes their queue messages, so a batch that stops in between loses nothing."""
 
 
 BREAKS: dict[str, tuple[Safeguards, str]] = {
@@ -84,4 +87,6 @@ BREAKS: dict[str, tuple[Safeguards, str]] = {
     "drop-presumed-orphans": (Safeguards(process_presumed_orphans=False),
                               "a copy arriving after its token was parked as a presumed orphan "
                               "is dropped"),
+    "settle-before-stage": (Safeguards(stage_before_settle=False),
+                            "the Spark reader settles what it takes before staging it"),
 }

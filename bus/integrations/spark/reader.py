@@ -30,7 +30,6 @@ import time
 import types
 import typing
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -39,7 +38,7 @@ from bus.bus import Bus
 from bus.envelope import BadSignal, Envelope, PayloadRef, decode_signal
 from bus.errors import PayloadError
 from bus.integrations.spark.options import OptionError
-from bus.integrations.spark.staging import MARKER, StagedRow, Staging, retried
+from bus.integrations.spark.staging import MARKER, StagedRow, Staging, each, retried
 from bus.messages import Message
 from bus.protocol.bundles import Part, parts
 from bus.protocol.inbox import Token
@@ -130,14 +129,17 @@ class Drainer:
         seen = {row_key for row_key, _ in rows}
         count = len(rows)
         while count < limit:
-            received = retried(self._bus.storage.queues.receive, self._queue,
+            received = self._staging.retried(self._bus.storage.queues.receive, self._queue,
                                max_messages=min(32, limit - count), lease=self._lease)
             if not received:
                 break
             taken, extra = self._sort(parts(received), seen)
             taken, later = taken[:limit - count], taken[limit - count:]
+            if not self._bus.safeguards.stage_before_settle:  # off: a simulation break
+                self._settle(taken, extra)
             self._staging.put(key, [self._row(t, count + i) for i, t in enumerate(taken)])
-            self._settle(taken, extra)
+            if self._bus.safeguards.stage_before_settle:
+                self._settle(taken, extra)
             self._release(later)
             count += len(taken)
         if count == 0 and not close_empty:
@@ -162,7 +164,7 @@ class Drainer:
                              f"{envelope.destination!r} arrived at {self.endpoint!r}", None)
                 continue
             decoded.append((part, envelope))
-        tokens = retried(self._bus.inbox.read_many, self.endpoint,
+        tokens = self._staging.retried(self._bus.inbox.read_many, self.endpoint,
                          [envelope.attempt_id for _, envelope in decoded])
         taken: list[_Taken] = []
         extra: list[Part[QueueMessage]] = []
@@ -195,7 +197,7 @@ class Drainer:
         elif not self._bus.payloads.confined(envelope, self.endpoint):
             return self._bus.payloads.outside(envelope, self.endpoint), None
         else:
-            found = retried(self._bus.payloads.get, envelope.payload_ref)
+            found = self._staging.retried(self._bus.payloads.get, envelope.payload_ref)
             if found is None:
                 return f"payload blob {envelope.payload_ref.blob} is missing", None
             data = found
@@ -225,25 +227,23 @@ class Drainer:
     def _settle(self, taken: list[_Taken], extra: list[Part[QueueMessage]]) -> None:
         def settle(t: _Taken) -> None:
             # Consuming the token is what makes the take final; it must not be skipped.
-            retried(self._bus.inbox.consume, self.endpoint, t.envelope.attempt_id)
+            self._staging.retried(self._bus.inbox.consume, self.endpoint, t.envelope.attempt_id)
             self._delete(t.part)
             if t.envelope.payload_ref is not None:
-                retried(self._bus.payloads.delete, t.envelope.payload_ref)
+                self._staging.retried(self._bus.payloads.delete, t.envelope.payload_ref)
 
-        with ThreadPoolExecutor(self._parallelism) as pool:
-            list(pool.map(settle, taken))
-            list(pool.map(self._delete, extra))
+        each(self._parallelism, settle, taken)
+        each(self._parallelism, self._delete, extra)
 
     def _resettle(self, rows: list[dict[str, EntityValue]]) -> None:
         def settle(values: dict[str, EntityValue]) -> None:
-            retried(self._bus.inbox.consume, self.endpoint, str(values["attempt_id"]))
+            self._staging.retried(self._bus.inbox.consume, self.endpoint, str(values["attempt_id"]))
             if "payload_blob" in values:
-                retried(self._bus.payloads.delete, PayloadRef(
+                self._staging.retried(self._bus.payloads.delete, PayloadRef(
                     container=str(values["payload_container"]),
                     blob=str(values["payload_blob"])))
 
-        with ThreadPoolExecutor(self._parallelism) as pool:
-            list(pool.map(settle, rows))
+        each(self._parallelism, settle, rows)
 
     def _delete(self, part: Part[QueueMessage]) -> None:
         """The part is settled; its queue message goes once all of its parts are."""
@@ -251,7 +251,7 @@ class Drainer:
             return
         # NotFound: the lease ran out; the copy comes back and is recognised as a duplicate.
         with contextlib.suppress(NotFound):
-            retried(self._bus.storage.queues.delete, self._queue, part.message)
+            self._staging.retried(self._bus.storage.queues.delete, self._queue, part.message)
 
     def _release(self, later: list[_Taken]) -> None:
         """Parts left for the next batch (the limit was reached within a bundle): their
@@ -259,22 +259,23 @@ class Drainer:
         messages = {t.part.message.id: t.part for t in later if t.part.release()}
         for part in messages.values():
             with contextlib.suppress(NotFound):
-                retried(self._bus.storage.queues.extend, self._queue, part.message, lease=0)
+                self._staging.retried(self._bus.storage.queues.extend, self._queue,
+                                      part.message, lease=0)
 
     def _duplicate(self, part: Part[QueueMessage], envelope: Envelope) -> None:
         # The token is gone: the copy's own claim-check blob is garbage (and only that one).
         if envelope.payload_ref is not None and self._bus.payloads.confined(envelope,
                                                                             self.endpoint):
-            retried(self._bus.payloads.delete, envelope.payload_ref)
+            self._staging.retried(self._bus.payloads.delete, envelope.payload_ref)
         self._delete(part)
 
     def _poison(self, part: Part[QueueMessage], envelope: Envelope | None, reason: str,
                 token: Token | None) -> None:
         now = self._bus.clock()
-        retried(self._bus.poison_queue(self.endpoint).put, part.body, reason=reason,
+        self._staging.retried(self._bus.poison_queue(self.endpoint).put, part.body, reason=reason,
                 dequeue_count=part.dequeue_count, now=now, envelope=envelope)
         if token is not None and verdict(token) is Verdict.PROCESS:
-            retried(self._bus.inbox.park, token, now)
+            self._staging.retried(self._bus.inbox.park, token, now)
         self._delete(part)
         log.warning("poisoned a message at %s: %s", self.endpoint, reason)
 

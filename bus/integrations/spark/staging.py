@@ -19,7 +19,9 @@ Every write here is an upsert or a delete, so a retried call or a re-run task is
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -38,6 +40,15 @@ _BLOB_SUFFIX = "__blob"
 def retried(call: Callable[..., T], *args: object, **kwargs: object) -> T:
     """Run one storage call, retrying transient errors (every call here is idempotent)."""
     return transient_retries(6)(call, *args, **kwargs)
+
+
+def each(parallelism: int, call: Callable[[T], object], items: Iterable[T]) -> list[object]:
+    """``call`` on every item, ``parallelism`` at a time; at 1, in the caller's thread (no
+    pool to start, and the simulation's actors can only switch on their own thread)."""
+    if parallelism <= 1:
+        return [call(item) for item in items]
+    with ThreadPoolExecutor(parallelism) as pool:
+        return list(pool.map(call, items))
 
 
 @dataclass(frozen=True)
@@ -59,16 +70,23 @@ def container_name(prefix: str) -> str:
 
 
 class Staging:
-    def __init__(self, storage: Storage, prefix: str) -> None:
+    def __init__(self, storage: Storage, prefix: str,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.tables = storage.tables
         self._blobs = storage.blobs
         self.table = table_name(prefix)
         self.container = container_name(prefix)
+        self._sleep = sleep
+
+    def retried(self, call: Callable[..., T], *args: object, **kwargs: object) -> T:
+        """:func:`retried`, sleeping between tries with this staging's ``sleep`` (virtual
+        time in the simulation)."""
+        return transient_retries(6, sleep=self._sleep)(call, *args, **kwargs)
 
     def ensure(self) -> None:
         """Create the table and the container (idempotent; call on the driver)."""
-        retried(self.tables.create_table, self.table)
-        retried(self._blobs.create_container, self.container)
+        self.retried(self.tables.create_table, self.table)
+        self.retried(self._blobs.create_container, self.container)
 
     # -- rows ---------------------------------------------------------------------------------
     def put(self, partition: str, rows: Sequence[StagedRow]) -> None:
@@ -76,40 +94,40 @@ class Staging:
         first, so a row never points at a blob that is not there."""
         ops = [TableOp("replace", self._entity(partition, row)) for row in rows]
         for batch in transactions(ops, self.tables.limits):
-            retried(self.tables.transact, self.table, batch)
+            self.retried(self.tables.transact, self.table, batch)
 
     def upsert(self, partition: str, row: StagedRow) -> None:
-        retried(self.tables.replace, self.table, self._entity(partition, row))
+        self.retried(self.tables.replace, self.table, self._entity(partition, row))
 
     def get(self, partition: str, row_key: str) -> dict[str, EntityValue] | None:
         try:
-            entity = retried(self.tables.get, self.table, partition, row_key)
+            entity = self.retried(self.tables.get, self.table, partition, row_key)
         except NotFound:
             return None
         return self._values(entity)
 
     def rows(self, partition: str) -> list[tuple[str, dict[str, EntityValue]]]:
         """Every row of ``partition`` as (row key, values), in row-key order."""
-        entities = retried(self.tables.query, self.table, partition)
+        entities = self.retried(self.tables.query, self.table, partition)
         return [(e.row_key, self._values(e)) for e in sorted(entities, key=_row_key)]
 
     def delete_partition(self, partition: str) -> int:
         """Delete every row of ``partition`` and its blobs; returns how many rows."""
-        entities = retried(self.tables.query, self.table, partition)
+        entities = self.retried(self.tables.query, self.table, partition)
         for entity in entities:
             for name, value in entity.properties.items():
                 if name.endswith(_BLOB_SUFFIX) and isinstance(value, str):
                     with contextlib.suppress(NotFound):
-                        retried(self._blobs.delete, self.container, value)
+                        self.retried(self._blobs.delete, self.container, value)
         per = self.tables.limits.transaction_operations
         for start in range(0, len(entities), per):
             chunk = entities[start:start + per]
             try:
-                retried(self.tables.transact, self.table,
+                self.retried(self.tables.transact, self.table,
                         [TableOp("delete", Entity(partition, e.row_key)) for e in chunk])
             except NotFound:  # someone deleted a row meanwhile: delete one by one
                 for e in chunk:
-                    retried(self.tables.delete, self.table, partition, e.row_key)
+                    self.retried(self.tables.delete, self.table, partition, e.row_key)
         return len(entities)
 
     # -- encoding -----------------------------------------------------------------------------
@@ -124,7 +142,7 @@ class Staging:
                 properties[name] = text
             else:
                 blob = f"{partition}/{row.row_key}/{name}"
-                retried(self._blobs.write, self.container, blob, text.encode("utf-8"))
+                self.retried(self._blobs.write, self.container, blob, text.encode("utf-8"))
                 properties[name + _BLOB_SUFFIX] = blob
         return Entity(partition, row.row_key, properties)
 
@@ -132,7 +150,7 @@ class Staging:
         values: dict[str, EntityValue] = {}
         for name, value in entity.properties.items():
             if name.endswith(_BLOB_SUFFIX) and isinstance(value, str):
-                blob = retried(self._blobs.read, self.container, value)
+                blob = self.retried(self._blobs.read, self.container, value)
                 values[name.removesuffix(_BLOB_SUFFIX)] = blob.data.decode("utf-8")
             else:
                 values[name] = value

@@ -21,8 +21,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,8 +31,9 @@ from bus.bus import Bus
 from bus.errors import BusError
 from bus.ids import BUS_NAMESPACE
 from bus.integrations.spark.options import OptionError, WriteOptions, message_id_ok
-from bus.integrations.spark.staging import StagedRow, Staging, retried
+from bus.integrations.spark.staging import StagedRow, Staging, each
 from bus.messages import Command, Event, Message
+from bus.storage import Storage
 
 log = logging.getLogger("bus.spark")
 
@@ -123,17 +123,23 @@ class JobWriter:
     """One write job. Picklable: ``stage`` runs in the tasks, ``commit`` / ``abort`` on the
     driver. ``job`` names the job's staging; make it fresh for every run."""
 
-    def __init__(self, options: WriteOptions, job: str | None = None) -> None:
+    def __init__(self, options: WriteOptions, job: str | None = None, *,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         options.check()
         self.options = options
         self.job = job or uuid.uuid4().hex[:16]
+        self._sleep = sleep  # between retries of a staging call (virtual in the simulation)
+
+    def staging(self, storage: Storage) -> Staging:
+        return Staging(storage, self.options.connection.prefix, sleep=self._sleep)
 
     def prepare(self) -> None:
         """On the driver, before the tasks: the staging table and the bus's own tables and
         containers (the send ledger, the tokens) exist. Idempotent."""
         bus = self.options.connection.bus(self.options.routes())
-        bus.provision()
-        Staging(bus.storage, self.options.connection.prefix).ensure()
+        staging = self.staging(bus.storage)
+        staging.retried(bus.provision)  # a transient error need not fail the job
+        staging.ensure()
 
     @property
     def registry(self) -> str:
@@ -145,7 +151,7 @@ class JobWriter:
         """Stage one partition's rows under a key of this attempt's own; report it."""
         mapper = MessageMapper(self.options.contract(), key_column=self.options.key_column,
                                run_key=self.options.run_key)
-        staging = Staging(self.options.connection.storage(), self.options.connection.prefix)
+        staging = self.staging(self.options.connection.storage())
         attempt = uuid.uuid4().hex[:12]
         key = f"w~{self.job}~{partition_id:05d}~{attempt}"
         # Registered before staging anything, so the driver can clean up a losing attempt.
@@ -171,10 +177,10 @@ class JobWriter:
         job's staging. Raises when a send keeps failing: the job may then be re-run with the
         same ids, which sends only what is missing."""
         bus = self.options.connection.bus(self.options.routes())
-        staging = Staging(bus.storage, self.options.connection.prefix)
+        staging = self.staging(bus.storage)
         try:
             result = self._publish(bus, staging, parts)
-        except BaseException:
+        except Exception:  # not a dying process (BaseException): it cleans nothing up
             # What was sent stays sent (a re-run skips it); the staging is of no further use.
             with contextlib.suppress(Exception):
                 self.cleanup(staging)
@@ -194,26 +200,25 @@ class JobWriter:
         total = sum(part.rows for part in ordered)
         done = published = 0
         log.info("publishing %d rows of %d partitions (job %s)", total, len(ordered), self.job)
-        with ThreadPoolExecutor(self.options.parallelism) as pool:
-            for part in ordered:
-                rows = staging.rows(part.staging)
-                if len(rows) != part.rows:
-                    raise StagingError(f"partition {part.partition_id}: {len(rows)} rows staged "
-                                       f"under {part.staging}, the task reported {part.rows}")
-                items = [(str(values["message_id"]), str(values["message"]))
-                         for _, values in rows]
-                for sent in pool.map(lambda item: self._send(bus, contract, *item), items):
-                    published += sent
-                    done += 1
-                    if done % 1000 == 0:
-                        log.info("published %d/%d rows", done, total)
+        for part in ordered:
+            rows = staging.rows(part.staging)
+            if len(rows) != part.rows:
+                raise StagingError(f"partition {part.partition_id}: {len(rows)} rows staged "
+                                   f"under {part.staging}, the task reported {part.rows}")
+            items = [(str(values["message_id"]), str(values["message"])) for _, values in rows]
+            for sent in each(self.options.parallelism,
+                             lambda item: self._send(bus, contract, *item), items):
+                published += bool(sent)
+                done += 1
+                if done % 1000 == 0:
+                    log.info("published %d/%d rows", done, total)
         return PublishResult(total, published, total - published,
                              round(time.monotonic() - started, 3))
 
     def abort(self) -> None:
         """Spark gave up on the job: nothing was published; drop its staging."""
         storage = self.options.connection.storage()
-        self.cleanup(Staging(storage, self.options.connection.prefix))
+        self.cleanup(self.staging(storage))
 
     def cleanup(self, staging: Staging) -> None:
         """Delete the staging of every attempt of the job, winners and losers, then the
@@ -232,18 +237,28 @@ class JobWriter:
 
 
 def sweep(staging: Staging, older_than: float, now: float | None = None) -> int:
-    """Delete write staging left behind: jobs whose driver died before publishing and attempts
+    """Delete staging left behind: jobs whose driver died before publishing and attempts
     Spark killed too late, when nothing in them is newer than ``older_than`` seconds (a table
-    scan: run it now and then, not while such a job may still be running). Returns how many
-    staging partitions it deleted."""
+    scan: run it now and then, not while such a job may still be running), and a streaming
+    consumer's batches at or below its committed one (a delayed write can land after the
+    consumer deleted a batch). Returns how many staging partitions it deleted."""
     cutoff = (time.time() if now is None else now) - older_than
     newest: dict[str, float] = {}
-    for entity in retried(staging.tables.query, staging.table):
-        if entity.partition_key.startswith("w~"):
+    committed: dict[str, int] = {}
+    batches: list[tuple[str, str, int]] = []
+    for entity in staging.retried(staging.tables.query, staging.table):
+        key = entity.partition_key
+        if key.startswith("w~"):
             at = entity.properties.get("at")
             stamp = float(at) if isinstance(at, (int, float)) else 0.0
-            newest[entity.partition_key] = max(newest.get(entity.partition_key, 0.0), stamp)
+            newest[key] = max(newest.get(key, 0.0), stamp)
+        elif key.startswith("s~") and key.count("~") == 1:
+            committed[key] = int(str(entity.properties.get("committed") or 0))
+        elif key.startswith("s~") and key.rpartition("~")[2].isdigit():
+            batches.append((key, key.rpartition("~")[0], int(key.rpartition("~")[2])))
     old = sorted(key for key, stamp in newest.items() if stamp < cutoff)
+    old.extend(sorted({key for key, consumer, batch in batches
+                       if batch <= committed.get(consumer, 0)}))
     for key in old:
         staging.delete_partition(key)
     return len(old)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from bus.bus import Bus
 from bus.hosting.functions.trigger import QueueTrigger
-from bus.protocol.delivery import Handoff
+from bus.protocol.delivery import Handoff, Outcome
 from bus.storage import QueueMessage, StorageError
 from bus.testing.simulate.world import World
 
@@ -73,6 +73,8 @@ class FunctionsHost:
                 self.bus.storage.queues.extend(self.queue, message, lease=0)
             return
         self.counts["functions_requeued"] += delivery.outcome.value == "requeued"
+        self.counts["early_copies_put_back"] += sum(
+            part.outcome is Outcome.SCHEDULED for part in delivery.parts or (delivery,))
         for handoff in delivery.handoffs:
             self.counts["orchestrations_started"] += 1
             self.handoffs.append(handoff)

@@ -6,15 +6,16 @@ import base64
 import binascii
 import random
 from collections import Counter
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from typing import Any
 
 from bus import Bus, Settings
 from bus.adapters.memory import InMemoryStorage
 from bus.envelope import Envelope
 from bus.hosting.worker import Worker
-from bus.protocol.delivery import Handoff
+from bus.protocol.delivery import Handoff, Outcome
 from bus.protocol.inbox import Token, TokenState, finished
 from bus.protocol.outbox import Outbox
 from bus.protocol.poison import PoisonEntry
@@ -22,9 +23,11 @@ from bus.protocol.records import Phase
 from bus.protocol.safeguards import Safeguards
 from bus.seams import Seams
 from bus.storage import StorageError
+from bus.storage.limits import AZURE, StorageLimits
 from bus.testing.seamed import seamed_bus
+from bus.testing.simulate import spark
 from bus.testing.simulate.functions import FunctionsHost, operator, orchestrator
-from bus.testing.simulate.workload import EXPECTED, LARGE, Knobs, Start, build
+from bus.testing.simulate.workload import EXPECTED, LARGE, Happened, Knobs, Start, build
 from bus.testing.simulate.world import Actor, FaultProfile, Gate, World
 
 MAX_STEPS = 200_000
@@ -35,6 +38,9 @@ ORPHAN_AGE_SECONDS = 4.0
 """The orphan age of half of the runs: past it, a live token with no signal yet is parked as a
 presumed orphan. Short, so that backlogs, stalls and scheduled sends outlast it and signals come
 after all (the other half never presume one, as a deployment far from its 7 days)."""
+SHORT_VISIBILITY_SECONDS = 61
+"""The queues' visibility limit in half of the runs: the longest delay the bus asks for is
+then one second (a minute less), shorter than the scheduled sends' delays of up to three."""
 SETTINGS = Settings(
     max_delivery_count=50,  # poisoning after handler failures is tested elsewhere
     lease_seconds=10.0, ghost_horizon_seconds=600.0,
@@ -63,7 +69,7 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
     rng = random.Random(seed)
     profile = FaultProfile.draw(rng)
     world = World(rng.getrandbits(64), profile)
-    storage = InMemoryStorage(hooks=world)
+    storage = InMemoryStorage(hooks=world, limits=_limits(seed))
     knobs = _knobs(seed, rng, profile)
     layout = random.Random(seed ^ 0x51075)  # apart from ``rng``: its draws stay as they were
     settings = _settings(seed, layout)
@@ -72,19 +78,24 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
     hosting = random.Random(seed ^ 0xF0C7)  # which host runs each endpoint instance
     functions_share = hosting.choice((0.0, 0.5, 1.0))  # polling workers, Functions, or both
     offsets = _clock_offsets(seed)
+    with_spark = random.Random(seed ^ 0x5BA4).random() < 0.5  # a Spark job and query
 
-    def new_bus(offset: float = 0.0) -> Bus:
+    def new_bus(offset: float = 0.0, routes: Mapping[Any, str] | None = None) -> Bus:
         seams = Seams(clock=(lambda: world.now() + offset) if offset else world.now,
                       new_id=world.new_id, sleep=world.sleep,
                       safeguards=safeguards or Safeguards(), random=world.rng.random,
                       gate=lambda: Gate(world))
         return seamed_bus(seams, storage, build(knobs, world.rng.random, world.new_id),
-                          prefix="sim", settings=settings)
+                          prefix="sim", settings=settings, routes=routes)
 
     bus = new_bus()
     bus.provision()
     buses = [bus]
     roots = range(rng.randint(2, 6))
+    # With Spark, a write job publishes the odd roots' Start and a streaming query reads
+    # every Happened (its endpoint subscribes to the topic); the client sends the rest.
+    spark_roots = [root for root in roots if with_spark and root % 2]
+    client_roots = [root for root in roots if root not in spark_roots]
     garbage = _garbage(bus, world, rng.randint(0, 2))
     # A client using ``send`` must not crash: without the send ledger, re-sending after a crash
     # sends twice, by design (see bus.protocol.send). With ``send_once`` (half of the runs) it
@@ -92,24 +103,27 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
     # fail in every way either way.
     once = rng.random() < 0.5
     senders = 1 if once else senders  # the send ledger's path does not group
-    clients = [Actor(f"client#{index}", _client(bus, world, roots[index::senders],
+    clients = [Actor(f"client#{index}", _client(bus, world, client_roots[index::senders],
                                                 garbage if index == 0 else [], once),
                      crashable=once) for index in range(senders)]
-    for client in clients:
-        world.spawn(client)
     handoffs: list[Handoff] = []
     counts: Counter[str] = Counter()
+    checkpoint = spark.Checkpoint()
+    if with_spark:
+        clients.append(_start_spark(world, bus, bus_for=lambda routes: new_bus(routes=routes),
+                                    partitions=_spark_partitions(spark_roots, rng),
+                                    checkpoint=checkpoint, counts=counts))
+    for client in clients:
+        world.spawn(client)
     for endpoint in bus.topology.endpoints:
         for index in range(rng.randint(2, 3)):
             offset = next(offsets)
             own = new_bus(offset) if processes else bus
             counts["skewed_processes"] += processes and offset != 0.0
             buses.append(own)
-            if hosting.random() < functions_share:
-                host = FunctionsHost(own, world, endpoint, handoffs, counts)
-                world.spawn(Actor(f"{endpoint}#{index}(functions)", host.run))
-            else:
-                world.spawn(Actor(f"{endpoint}#{index}", _worker(own, world, endpoint)))
+            functions = hosting.random() < functions_share
+            world.spawn(_instance(own, world, endpoint, index, functions=functions,
+                                  handoffs=handoffs, counts=counts))
     world.spawn(Actor("orchestrator", orchestrator(bus, world, handoffs, counts)))
     world.spawn(Actor("operator", operator(bus, world, list(bus.topology.endpoints),
                                            {t for _, t in EXPECTED} | {"Start"}, counts)))
@@ -120,13 +134,16 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
     world.spawn(Actor("releaser", _releaser(bus, world, "c")))
     garbage_bodies = {body for body, _ in garbage}
 
+    receivers = [*bus.topology.endpoints, *([spark.READER] if with_spark else [])]
+
     def quiescent() -> bool:
         return all(c.finished for c in clients) and not handoffs and not any(
-            storage.queues.bodies(bus.names.queue(e)) for e in bus.topology.endpoints
+            storage.queues.bodies(bus.names.queue(e)) for e in receivers
         ) and not any(_in_flight(t) for t in bus.inbox.all()) and not any(
-            _to_replay(body, garbage_bodies) for e in bus.topology.endpoints
+            _to_replay(body, garbage_bodies) for e in receivers
             for body in storage.queues.bodies(bus.names.poison_queue(e))
-        ) and not _unfinished_records(bus, storage)
+        ) and not _unfinished_records(bus, storage) and not (
+            with_spark and spark.unread(bus, checkpoint))
 
     def expire_lease() -> bool:
         return storage.queues.expire_lease(lambda ids: world.rng.randrange(len(ids)))
@@ -134,17 +151,75 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
     settled = world.run(quiescent, expire_lease,
                         storage.queues.next_visible_at, MAX_STEPS)
     world.stop()
-    result = RunResult(seed, len(roots) * len(EXPECTED) + len(garbage),
-                       dict(world.counters.faults),
+    return _outcome(seed, world, bus, buses=buses, settled=settled, roots=len(roots),
+                    garbage=[body for body, _ in garbage], counts=counts,
+                    checkpoint=checkpoint if with_spark else None)
+
+
+def _outcome(seed: int, world: World, bus: Bus, *, buses: list[Bus], settled: bool, roots: int,
+             garbage: list[str], counts: Counter[str],
+             checkpoint: spark.Checkpoint | None) -> RunResult:
+    """The run's result: what it exercised and, once it quiesced, what it violated."""
+    storage = bus.storage
+    assert isinstance(storage, InMemoryStorage)
+    result = RunResult(seed, roots * len(EXPECTED) + len(garbage), dict(world.counters.faults),
                        steps=world.steps, statistics=_statistics(buses))
     if not settled:
         result.violations.append(f"did not quiesce within {MAX_STEPS} steps")
         return result
     _last_sweep(bus, world)
     result.statistics.update(counts)
-    result.statistics.update(_seen_at_the_end(bus, storage, garbage_bodies))
-    result.violations.extend(check(bus, storage, len(roots), [body for body, _ in garbage]))
+    result.statistics.update(_seen_at_the_end(bus, storage, set(garbage)))
+    result.violations.extend(check(bus, storage, roots, garbage))
+    if checkpoint is not None:
+        result.violations.extend(_spark_checks(bus, storage, world, checkpoint, roots))
     return result
+
+
+def _instance(bus: Bus, world: World, endpoint: str, index: int, *, functions: bool,
+              handoffs: list[Handoff], counts: Counter[str]) -> Actor:
+    """One instance of ``endpoint``: a Functions host or a polling worker."""
+    if functions:
+        host = FunctionsHost(bus, world, endpoint, handoffs, counts)
+        return Actor(f"{endpoint}#{index}(functions)", host.run)
+    return Actor(f"{endpoint}#{index}", _worker(bus, world, endpoint, counts))
+
+
+def _start_spark(world: World, bus: Bus, *, bus_for: Callable[[Mapping[Any, str] | None], Bus],
+                 partitions: list[list[dict[str, Any]]], checkpoint: spark.Checkpoint,
+                 counts: Counter[str]) -> Actor:
+    """The streaming query (its endpoint subscribed to the event first) and the write job's
+    actor, to be spawned with the clients."""
+    spark.subscribe_reader(bus, Happened)
+    world.spawn(Actor("spark-query", spark.reader(world, bus, checkpoint, counts)))
+    connection = spark.SimConnection(bus.storage, bus_for, bus.names.prefix)
+    return Actor("spark-job", spark.writer(world, connection, Start, destination="a",
+                                           partitions=partitions, counts=counts))
+
+
+def _spark_partitions(roots: list[int], rng: random.Random) -> list[list[dict[str, Any]]]:
+    """The rows of the write job, in one to three partitions (some possibly empty)."""
+    partitions: list[list[dict[str, Any]]] = [[] for _ in range(rng.randint(1, 3))]
+    for root in roots:
+        partitions[root % len(partitions)].append(
+            {"root": root, "pad": "x" * LARGE if rng.random() < 0.3 else None})
+    return partitions
+
+
+def _spark_checks(bus: Bus, storage: InMemoryStorage, world: World,
+                  checkpoint: spark.Checkpoint, roots: int) -> list[str]:
+    """The query's sink holds every root's event exactly once; nothing is left in staging or
+    in the reader's poison queue."""
+    read = spark.read_roots(checkpoint)
+    violations = list(checkpoint.violations)
+    violations.extend(f"root {root}: Happened read by spark {read[root]} times"
+                      for root in range(roots) if read[root] != 1)
+    violations.extend(spark.left_in_staging(bus, checkpoint, world.now()))
+    entries = [PoisonEntry.decode(body)
+               for body in storage.queues.bodies(bus.names.poison_queue(spark.READER))]
+    violations.extend(f"poisoned at {spark.READER}: {entry.reason}" for entry in entries
+                      if not _orphan_report(entry))
+    return violations
 
 
 def _last_sweep(bus: Bus, world: World) -> None:
@@ -154,6 +229,15 @@ def _last_sweep(bus: Bus, world: World) -> None:
     bus.sweeper().sweep()
     for endpoint in bus.topology.endpoints:
         bus.dead_letters(endpoint).adopt()
+
+
+def _limits(seed: int) -> StorageLimits:
+    """Azure's limits; in half of the runs queues whose longest visibility delay is a second
+    (as 7 days are for a send scheduled weeks ahead): later scheduled copies arrive early and
+    are put back until due."""
+    if random.Random(seed ^ 0x7D).random() < 0.5:
+        return AZURE
+    return replace(AZURE, visibility_seconds=SHORT_VISIBILITY_SECONDS)
 
 
 def _clock_offsets(seed: int) -> Iterator[float]:
@@ -204,7 +288,7 @@ def _statistics(buses: list[Bus]) -> Counter[str]:
 
 
 # -- actors -------------------------------------------------------------------------------------
-def _client(bus: Bus, world: World, roots: range,
+def _client(bus: Bus, world: World, roots: Sequence[int],
             garbage: list[tuple[str, Envelope | None]], once: bool) -> Callable[[], None]:
     def send_all() -> None:
         for root in roots:
@@ -232,17 +316,20 @@ def _until_ok(world: World, call: Callable[[], None]) -> None:
             world.sleep(0.1)
 
 
-def _worker(bus: Bus, world: World, endpoint: str) -> Callable[[], None]:
+def _worker(bus: Bus, world: World, endpoint: str, counts: Counter[str]) -> Callable[[], None]:
     def work() -> None:
         # Both paths: one message at a time, and batches (Receiver.handle_many).
         worker = Worker(bus, endpoint, batch_size=world.rng.randint(1, 6), sleep=world.sleep,
                         retry_delay=0.5, wait=lambda _: world.rng.uniform(0.01, 0.2),
                         batched=world.rng.random() < 0.7, renew_leases=False)
         while True:
+            early = worker.outcomes.get(Outcome.SCHEDULED.value, 0)
             try:
                 leased = worker.poll_once()
             except StorageError:
                 leased = 0
+            counts["early_copies_put_back"] += worker.outcomes.get(
+                Outcome.SCHEDULED.value, 0) - early
             if not leased:
                 world.sleep(0.5)
 
