@@ -1,6 +1,7 @@
 // The whole app in one resource group: storage (queues, tables, containers and topic files of the
 // bus, from topology.json), the Functions app on Flex Consumption with a managed identity and
-// least-privilege roles, Application Insights with Log Analytics.
+// least-privilege roles (docs/deploy.md, "Roles"), Application Insights with Log Analytics, and
+// the storage diagnostic logs.
 //
 //   python -m bus topology export          # after changing endpoints or subscriptions
 //   az deployment group create -g <rg> -f infra/main.bicep -p infra/main.parameters.json
@@ -48,11 +49,36 @@ param stalledOutboxSeconds int = 600
 @maxValue(256)
 param deliveryThreads int = 0
 
-@description('Optional: object id of a user, group or service principal that runs the local tools or Spark jobs against the bus (gets queue, blob and table data roles).')
+@description('Optional: object id of the operators (a user or group) running the dead-letter tools (`python -m bus dlq`): poison queues, replay sends to the endpoint queues, the inbox tokens table, the payload container - nothing else (docs/deploy.md, "Roles").')
 param operatorPrincipalId string = ''
 
+@description('Type of operatorPrincipalId.')
 @allowed(['User', 'Group', 'ServicePrincipal'])
 param operatorPrincipalType string = 'User'
+
+@description('Optional: object id of a foreign producer (usually a service principal or managed identity) that sends commands into the bus: insert into the inbox tokens table, add messages to the endpoint queues, create claim-check blobs - a custom role with exactly those three data actions. Creating the custom role needs Owner or User Access Administrator on the resource group.')
+param producerPrincipalId string = ''
+
+@description('Type of producerPrincipalId.')
+@allowed(['User', 'Group', 'ServicePrincipal'])
+param producerPrincipalType string = 'ServicePrincipal'
+
+@description('Optional: object id of the Spark jobs\' identity: send through the send ledger, read the reader endpoints in sparkReaderQueues, stage in the staging table and container. Needs Owner or User Access Administrator on the resource group (a custom create-if-missing role for Bus.provision()).')
+param sparkPrincipalId string = ''
+
+@description('Type of sparkPrincipalId.')
+@allowed(['User', 'Group', 'ServicePrincipal'])
+param sparkPrincipalType string = 'ServicePrincipal'
+
+@description('Queue names of the Spark reader endpoints (`python -c "from bus.naming import Names; print(Names(\'<prefix>\').queue(\'analytics\'))"`). Each gets its queue and poison queue, and only the Spark principal gets data roles on them.')
+param sparkReaderQueues array = []
+
+@description('Optional: object id of the user, group or pipeline that runs `func azure functionapp publish`: gets Website Contributor on the Function App (the publish goes through its SCM endpoint) and no storage role - the platform writes the package with the deployment identity.')
+param publisherPrincipalId string = ''
+
+@description('Type of publisherPrincipalId.')
+@allowed(['User', 'Group', 'ServicePrincipal'])
+param publisherPrincipalType string = 'User'
 
 var abbrs = loadJsonContent('abbreviations.json')
 var topology = loadJsonContent('topology.json')
@@ -62,9 +88,21 @@ var tags = {
   app: 'eobus'
 }
 var functionAppName = '${abbrs.webSitesFunctions}${resourceToken}'
+// BUS_DURABLE_HUB (app/function.bicep): the same derivation as that module's default; computed
+// here too because storage.bicep declares the hub's containers, named after it.
+var durableHubName = take('hub${replace(functionAppName, '-', '')}', 45)
 
 resource appIdentity 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' = {
   name: '${abbrs.managedIdentityUserAssignedIdentities}app-${resourceToken}'
+  location: location
+  tags: tags
+}
+
+// The deployment identity: the only principal that can write the app-package container. The Flex
+// Consumption platform uploads the package with it on a publish and instances read it with it;
+// the app's code runs as appIdentity, which has no role on that container.
+resource deployIdentity 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' = {
+  name: '${abbrs.managedIdentityUserAssignedIdentities}deploy-${resourceToken}'
   location: location
   tags: tags
 }
@@ -93,6 +131,9 @@ module storage 'app/storage.bicep' = {
     tags: tags
     skuName: storageSku
     deploymentContainerName: 'app-package-${resourceToken}'
+    durableHubName: durableHubName
+    sparkReaderQueues: sparkReaderQueues
+    logAnalyticsWorkspaceId: monitoring.outputs.logAnalyticsWorkspaceId
   }
 }
 
@@ -101,9 +142,21 @@ module rbac 'app/rbac.bicep' = {
   params: {
     storageAccountName: storage.outputs.name
     topicContainerName: storage.outputs.topicContainerName
+    payloadContainerName: storage.outputs.payloadContainerName
+    deploymentContainerName: storage.outputs.deploymentContainerName
+    hostContainerNames: storage.outputs.hostContainerNames
+    durableContainerNames: storage.outputs.durableContainerNames
+    sparkStagingTableName: storage.outputs.sparkStagingTableName
+    sparkStagingContainerName: storage.outputs.sparkStagingContainerName
+    sparkReaderQueues: sparkReaderQueues
     applicationInsightsName: monitoring.outputs.applicationInsightsName
     appPrincipalId: appIdentity.properties.principalId
+    deployPrincipalId: deployIdentity.properties.principalId
     topicsPrincipalId: topicsIdentity.properties.principalId
+    producerPrincipalId: producerPrincipalId
+    producerPrincipalType: producerPrincipalType
+    sparkPrincipalId: sparkPrincipalId
+    sparkPrincipalType: sparkPrincipalType
     operatorPrincipalId: operatorPrincipalId
     operatorPrincipalType: operatorPrincipalType
   }
@@ -118,10 +171,12 @@ module functionApp 'app/function.bicep' = {
     tags: union(tags, { 'azd-service-name': 'bus' })
     identityId: appIdentity.id
     identityClientId: appIdentity.properties.clientId
+    deploymentIdentityId: deployIdentity.id
     storageAccountName: storage.outputs.name
     deploymentContainerName: storage.outputs.deploymentContainerName
     applicationInsightsConnectionString: monitoring.outputs.connectionString
     busPrefix: topology.prefix
+    durableHubName: durableHubName
     busEndpoints: busEndpoints
     inlineDispatchMax: inlineDispatchMax
     stalledOutboxSeconds: stalledOutboxSeconds
@@ -132,6 +187,17 @@ module functionApp 'app/function.bicep' = {
   }
   // Start the app once its identity holds its roles.
   dependsOn: [rbac]
+}
+
+// Whoever runs `func azure functionapp publish`: rights on the app (its SCM endpoint), none on
+// storage. After the app exists, so in a module of its own.
+module publisher 'app/publisher.bicep' = if (!empty(publisherPrincipalId)) {
+  name: 'publisher'
+  params: {
+    functionAppName: functionApp.outputs.name
+    publisherPrincipalId: publisherPrincipalId
+    publisherPrincipalType: publisherPrincipalType
+  }
 }
 
 module topics 'app/topics.bicep' = {
@@ -155,6 +221,7 @@ output AZURE_STORAGE_QUEUE_ENDPOINT string = storage.outputs.queueEndpoint
 output AZURE_STORAGE_TABLE_ENDPOINT string = storage.outputs.tableEndpoint
 output AZURE_FUNCTION_APP_NAME string = functionApp.outputs.name
 output AZURE_FUNCTION_APP_CLIENT_ID string = appIdentity.properties.clientId
+output AZURE_DEPLOY_IDENTITY_CLIENT_ID string = deployIdentity.properties.clientId
 output APPLICATIONINSIGHTS_CONNECTION_STRING string = monitoring.outputs.connectionString
 output BUS_PREFIX string = topology.prefix
 output BUS_DURABLE_HUB string = functionApp.outputs.durableHubName

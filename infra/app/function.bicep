@@ -1,6 +1,7 @@
-// The Functions app: Linux, Flex Consumption plan, Python 3.13, one user-assigned identity for
-// everything (host storage, the bus's storage, the package download, telemetry). No keys or
-// connection strings to storage anywhere in its settings.
+// The Functions app: Linux, Flex Consumption plan, Python 3.13, two user-assigned identities: the
+// app's (host storage, the bus's storage, telemetry; AzureWebJobsStorage__clientId and
+// AZURE_CLIENT_ID pick it) and the deployment identity, used only for the app-package container
+// (functionAppConfig.deployment.storage). No keys or connection strings to storage anywhere.
 
 param name string
 param planName string
@@ -10,6 +11,8 @@ param tags object
 param identityId string
 @description('Client id of that identity (picks it for AzureWebJobsStorage and DefaultAzureCredential).')
 param identityClientId string
+@description('Resource id of the deployment identity: the platform writes and reads the app package with it; the only principal with write access to the package container.')
+param deploymentIdentityId string
 param storageAccountName string
 param deploymentContainerName string
 param applicationInsightsConnectionString string
@@ -73,6 +76,7 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
     type: 'UserAssigned'
     userAssignedIdentities: {
       '${identityId}': {}
+      '${deploymentIdentityId}': {}
     }
   }
   properties: {
@@ -109,7 +113,7 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
           value: '${storage.properties.primaryEndpoints.blob}${deploymentContainerName}'
           authentication: {
             type: 'UserAssignedIdentity'
-            userAssignedIdentityResourceId: identityId
+            userAssignedIdentityResourceId: deploymentIdentityId
           }
         }
       }

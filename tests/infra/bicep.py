@@ -7,6 +7,7 @@ pycep turns a file into a dict with expressions left as syntax trees. Identifier
 
 from __future__ import annotations
 
+import ast
 import json
 from dataclasses import dataclass
 from functools import cache
@@ -60,7 +61,8 @@ def function(expression: Any) -> tuple[str, dict[str, Any]] | None:
 
 @dataclass(frozen=True)
 class Resource:
-    """One resource (or module) declaration: its body, and its loop when it is one."""
+    """One resource (or module) declaration: its body, its loop when it is one, and its
+    condition (``= if (cond) {...}`` or ``[for ...: if (cond) {...}]``) when it has one."""
 
     symbol: str
     type: str
@@ -68,6 +70,15 @@ class Resource:
     loop_item: str | None
     loop_source: tuple[str, ...] | None
     existing: bool
+    condition: Any = None
+
+
+def _loop_source(array_name: Any) -> tuple[str, ...]:
+    # pycep 0.5 gives the array of an indexed loop (``for (x, i) in a.b``) as the str() of its
+    # syntax tree; read it back.
+    if isinstance(array_name, str) and array_name.startswith("{"):
+        array_name = ast.literal_eval(array_name)
+    return chain(array_name)
 
 
 def resources(path: Path) -> dict[str, Resource]:
@@ -76,11 +87,13 @@ def resources(path: Path) -> dict[str, Resource]:
     for symbol, declaration in parse(path).get("resources", {}).items():
         config = declaration["config"]
         loop = config.get("loop_type") if "loop_type" in config else None
-        body = config["config"] if loop is not None else config
+        conditional = loop is None and set(config) == {"condition", "config"}
+        body = config["config"] if loop is not None or conditional else config
+        condition = config.get("condition") if loop is not None or conditional else None
         item = loop["detail"]["item_name"] if loop else None
-        source = chain(loop["detail"]["array_name"]) if loop else None
+        source = _loop_source(loop["detail"]["array_name"]) if loop else None
         found[symbol] = Resource(symbol, declaration["type"], body, item, source,
-                                 declaration["existing"])
+                                 declaration["existing"], condition)
     return found
 
 
@@ -89,8 +102,10 @@ def modules(path: Path) -> dict[str, tuple[Path, dict[str, Any]]]:
     found = {}
     for symbol, declaration in parse(path).get("modules", {}).items():
         assert declaration["type"] == "local", f"module {symbol} is not a local file"
-        found[symbol] = (path.parent / declaration["detail"]["path"],
-                         declaration["config"].get("params", {}))
+        config = declaration["config"]
+        if set(config) == {"condition", "config"}:  # module x '...' = if (cond) {...}
+            config = config["config"]
+        found[symbol] = (path.parent / declaration["detail"]["path"], config.get("params", {}))
     return found
 
 

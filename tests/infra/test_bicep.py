@@ -43,13 +43,7 @@ LOCAL_SETTINGS_SAMPLE = ROOT / "local.settings.sample.json"
 QUEUE = "Microsoft.Storage/storageAccounts/queueServices/queues"
 TABLE = "Microsoft.Storage/storageAccounts/tableServices/tables"
 CONTAINER = "Microsoft.Storage/storageAccounts/blobServices/containers"
-ROLE_ASSIGNMENT = "Microsoft.Authorization/roleAssignments"
 
-QUEUE_DATA_CONTRIBUTOR = "974c5e8b-45b9-4653-ba55-5f855dd0fb88"
-BLOB_DATA_OWNER = "b7e6dc6d-f1e8-4753-8033-0f276bb0955b"
-TABLE_DATA_CONTRIBUTOR = "0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3"
-BLOB_DATA_CONTRIBUTOR = "ba92f5b4-2d11-453d-a403-e96b0029c9fe"
-MONITORING_METRICS_PUBLISHER = "3913510d-42f4-4e42-8a64-420c390055eb"
 
 
 def test_every_bicep_file_parses_and_every_module_is_a_local_file() -> None:
@@ -158,85 +152,16 @@ def test_topic_files_are_written_from_the_topology_by_a_keyless_script() -> None
     assert "--auth-mode login" in (TOPICS.parent / "topics.sh").read_text()
 
 
-# -- identities and roles ------------------------------------------------------------------
+# -- identities and roles (the roles themselves: test_roles.py) -------------------------------
 
-def role_ids() -> dict[str, str]:
-    """rbac.bicep's role-id variables; each must carry a comment naming the role."""
-    text = RBAC.read_text()
-    found = {}
-    for name, role_id, comment in re.findall(
-            r"^var (\w+) = '([0-9a-f-]{36})'(?: *// *(.*))?$", text, flags=re.MULTILINE):
-        assert comment, f"role id {name} = {role_id} has no comment saying which role it is"
-        found[name] = role_id
-    return found
-
-
-def assignments_of(principal: str) -> dict[str, set[str]]:
-    """Role ids assigned to the principal parameter ``principal``, by scope symbol."""
-    ids = role_ids()
-    granted: dict[str, set[str]] = {}
-    for resource in resources(RBAC).values():
-        if resource.type != ROLE_ASSIGNMENT or resource.body["properties"]["principalId"] \
-                != principal:
-            continue
-        role = resource.body["properties"]["roleDefinitionId"]
-        name, arguments = function(role) or ("", {})
-        assert name == "subscription_resource_id", resource.symbol
-        assert arguments["resource_type"] == "Microsoft.Authorization/roleDefinitions"
-        if resource.loop_source:  # a loop over a variable listing role-id variables
-            roles = variable(RBAC, resource.loop_source[0])
-            granted_ids = {ids[r] for r in _ternary_arrays(roles)}
-        else:
-            granted_ids = {ids[arguments["resource_name_1"]]}
-        granted.setdefault(chain(resource.body["scope"])[0], set()).update(granted_ids)
-    return granted
-
-
-def _ternary_arrays(value: Any) -> list[str]:
-    """The role-id variable names of an array, or of both branches of ``cond ? [] : [...]``."""
-    if isinstance(value, list):
-        return [str(v) for v in value]
-    operator = value["operator"]
-    assert operator["type"] == "conditional", value
-    operands = operator["operands"]
-    return [str(v) for branch in ("true_value", "false_value") for v in operands[branch]]
-
-
-def test_the_apps_identity_holds_exactly_the_three_data_roles_and_telemetry() -> None:
-    granted = assignments_of("appPrincipalId")
-    assert granted == {
-        "storage": {QUEUE_DATA_CONTRIBUTOR, BLOB_DATA_OWNER, TABLE_DATA_CONTRIBUTOR},
-        "applicationInsights": {MONITORING_METRICS_PUBLISHER},
-    }
-    declared = resources(RBAC)
-    assert declared["storage"].type == "Microsoft.Storage/storageAccounts"
-    assert declared["applicationInsights"].type == "Microsoft.Insights/components"
-
-
-def test_an_operator_gets_the_data_roles_without_blob_ownership() -> None:
-    assert assignments_of("operatorPrincipalId") == {
-        "storage": {QUEUE_DATA_CONTRIBUTOR, BLOB_DATA_CONTRIBUTOR, TABLE_DATA_CONTRIBUTOR}}
-
-
-def test_the_topic_script_may_only_write_blobs_in_the_topic_container() -> None:
-    assert assignments_of("topicsPrincipalId") == {"topicContainer": {BLOB_DATA_CONTRIBUTOR}}
+def test_the_topic_script_writes_the_topic_container_named_by_the_topology() -> None:
     container = resources(RBAC)["topicContainer"]
     assert container.type == CONTAINER and container.existing
     assert chain(container.body["name"]) == ("topicContainerName",)
-
-
-def test_role_assignment_names_are_guid_of_scope_principal_role() -> None:
-    for resource in resources(RBAC).values():
-        if resource.type != ROLE_ASSIGNMENT:
-            continue
-        name, arguments = function(resource.body["name"]) or ("", {})
-        assert name == "guid", resource.symbol
-        scope, principal, role = (arguments["base_string"], arguments["extra_string_1"],
-                                  arguments["extra_string_2"])
-        assert chain(scope) == (*chain(resource.body["scope"]), "id"), resource.symbol
-        assert principal == resource.body["properties"]["principalId"], resource.symbol
-        role_reference = function(resource.body["properties"]["roleDefinitionId"])
-        assert role_reference is not None and role == role_reference[1]["resource_name_1"]
+    _, rbac = modules(MAIN)["rbac"]
+    assert chain(rbac["topicContainerName"]) == ("storage", "outputs", "topicContainerName")
+    assert chain(parse(STORAGE)["outputs"]["topicContainerName"]["value"]) == (
+        "topology", "topicContainer")
 
 
 def test_main_wires_the_identities_the_app_and_the_script_run_as() -> None:
@@ -270,7 +195,8 @@ def test_function_app_is_linux_flex_consumption_python_313_with_its_identity() -
     deployment = config["deployment"]["storage"]
     assert deployment["type"] == "blobContainer"
     assert deployment["authentication"] == {"type": "UserAssignedIdentity",
-                                            "userAssignedIdentityResourceId": "identityId"}
+                                            "userAssignedIdentityResourceId":
+                                                "deploymentIdentityId"}
     assert deployment["value"].endswith("${deploymentContainerName}")
 
 
@@ -320,7 +246,9 @@ def test_the_durable_task_hub_is_an_app_setting_derived_from_the_app_name() -> N
                          str(call[1]["original_value"]))
     assert shape, f"unexpected derivation {call[1]['original_value']!r}"
     _, app = modules(MAIN)["functionApp"]
-    assert chain(app["name"]) == ("functionAppName",) and "durableHubName" not in app
+    # main.bicep passes the same derivation (test_roles.py: storage.bicep names the hub's
+    # containers after it).
+    assert chain(app["name"]) == ("functionAppName",) and app["durableHubName"] == "durableHubName"
     abbreviations = json.loads((INFRA / "abbreviations.json").read_text())
     deployed = abbreviations["webSitesFunctions"] + "a1b2c3d4e5f6g"  # + uniqueString: 13 chars
     for app_name in (deployed, "ab", "9lives", "my-app-" + "x" * 53, "a-" * 30):
@@ -425,7 +353,8 @@ def resolves(path: Path, expression: Any) -> bool:
     if head in document.get("variables", {}) and loaded_json(path, head):
         data: Any = topology() if loaded_json(path, head) == TOPOLOGY.resolve() else None
         return data is not None and rest[0] in data
-    return head in document.get("resources", {}) or head in document.get("parameters", {})
+    return (head in document.get("resources", {}) or head in document.get("parameters", {})
+            or head in document.get("variables", {}))
 
 
 @pytest.mark.parametrize("path", [MAIN, STORAGE, FUNCTION, MONITORING, TOPICS],
