@@ -19,6 +19,8 @@ RUNS_PER_BREAK = {
     # A commit landing between a claim's read of its declared rows and of its slot, in a run
     # with declared reads: first failing seed 215.
     "split-claim-read": 300,
+    # A Spark reader that stops between settling and staging, in a run with Spark.
+    "settle-before-stage": 300,
 }
 
 

@@ -26,7 +26,6 @@ import contextlib
 import datetime as dt
 import json
 import logging
-import time
 import types
 import typing
 from collections.abc import Sequence
@@ -144,7 +143,8 @@ class Drainer:
             count += len(taken)
         if count == 0 and not close_empty:
             return None
-        self._staging.upsert(key, StagedRow(MARKER, {"rows": count, "closed_at": time.time()}))
+        self._staging.upsert(key, StagedRow(MARKER, {"rows": count,
+                                                     "closed_at": self._bus.clock()}))
         return count
 
     # -- sorting a received round ---------------------------------------------------------------

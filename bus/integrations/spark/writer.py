@@ -29,7 +29,7 @@ from pydantic import ValidationError
 
 from bus.bus import Bus
 from bus.errors import BusError
-from bus.ids import BUS_NAMESPACE
+from bus.ids import BUS_NAMESPACE, random_id
 from bus.integrations.spark.options import OptionError, WriteOptions, message_id_ok
 from bus.integrations.spark.staging import StagedRow, Staging, each
 from bus.messages import Command, Event, Message
@@ -124,11 +124,17 @@ class JobWriter:
     driver. ``job`` names the job's staging; make it fresh for every run."""
 
     def __init__(self, options: WriteOptions, job: str | None = None, *,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.time,
+                 new_id: Callable[[], str] = random_id) -> None:
         options.check()
         self.options = options
-        self.job = job or uuid.uuid4().hex[:16]
-        self._sleep = sleep  # between retries of a staging call (virtual in the simulation)
+        self.job = job or new_id()[:16]
+        # The simulation's seams (virtual time, seeded ids); module-level defaults, so the
+        # writer still pickles to the executors.
+        self._sleep = sleep
+        self._clock = clock
+        self._new_id = new_id
 
     def staging(self, storage: Storage) -> Staging:
         return Staging(storage, self.options.connection.prefix, sleep=self._sleep)
@@ -152,18 +158,18 @@ class JobWriter:
         mapper = MessageMapper(self.options.contract(), key_column=self.options.key_column,
                                run_key=self.options.run_key)
         staging = self.staging(self.options.connection.storage())
-        attempt = uuid.uuid4().hex[:12]
+        attempt = self._new_id()[:12]
         key = f"w~{self.job}~{partition_id:05d}~{attempt}"
         # Registered before staging anything, so the driver can clean up a losing attempt.
         staging.upsert(self.registry, StagedRow(f"{partition_id:05d}~{attempt}", {
-            "staging": key, "task_attempt": task_attempt, "at": time.time()}))
+            "staging": key, "task_attempt": task_attempt, "at": self._clock()}))
         chunk: list[StagedRow] = []
         count = 0
         for position, row in enumerate(rows):
             message = mapper.message(row, partition_id, position)
             chunk.append(StagedRow(f"{position:09d}", {
                 "message_id": mapper.message_id(row, partition_id, position),
-                "at": time.time()}, {"message": message.model_dump_json()}))
+                "at": self._clock()}, {"message": message.model_dump_json()}))
             count += 1
             if len(chunk) == _STAGE_CHUNK:
                 staging.put(key, chunk)

@@ -82,7 +82,7 @@ def writer(world: World, connection: SimConnection, contract: type[Message], *,
     def run() -> None:
         while True:
             counts["spark_jobs"] += 1
-            job = JobWriter(options, job=world.new_id()[:16], sleep=world.sleep)
+            job = JobWriter(options, sleep=world.sleep, clock=world.now, new_id=world.new_id)
             try:
                 job.prepare()
                 parts = [_task(world, job, index, rows, counts)
