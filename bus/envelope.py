@@ -229,7 +229,7 @@ def with_deliveries(raw: bytes, deliveries: int, capacity: int) -> bytes | None:
 def _object(raw: bytes) -> dict[str, object] | None:
     try:
         document = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (ValueError, RecursionError):  # not UTF-8 or JSON, an integer of 4,300+ digits
         return None
     return document if isinstance(document, dict) else None
 

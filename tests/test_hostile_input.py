@@ -251,3 +251,14 @@ def test_the_dead_letter_tools_survive_a_hostile_poison_queue() -> None:
     assert set(dead.replay().values()) == {"not a message"}
     assert sorted(dead.purge({letters[0].id})) == [letters[0].id]
     assert len(dead.purge()) == 2 and dead.entries() == []
+
+
+def test_a_delivery_count_of_thousands_of_digits_is_poisoned_not_raised() -> None:
+    """Found by the property test: reading ``deliveries`` met Python's 4,300-digit limit
+    outside the decoder, and the polling worker's settlement raised."""
+    bus, seen = build()
+    with_token(bus)
+    fields = {**valid_fields(bus), "deliveries": "1" + "0" * 5_000}
+    bus.storage.queues.send(bus.names.queue("desk"),
+                            base64.b64encode(document(fields)).decode())
+    assert drain(bus, fail_fast=False).total() == {Outcome.POISONED.value: 1} and seen == []
