@@ -22,7 +22,8 @@ from bus.serialization import Serializer
 class Addressing:
     def __init__(self, *, source: str, routes: Mapping[str, str], topics: Topics,
                  serializer: Serializer, new_id: IdFactory, clock: Callable[[], float],
-                 known: Collection[str] | None = None) -> None:
+                 known: Collection[str] | None = None,
+                 seal: Callable[[Envelope], Envelope] = lambda e: e) -> None:
         self.source = source
         self._routes = routes
         self._known = known
@@ -30,6 +31,7 @@ class Addressing:
         self._serializer = serializer
         self._new_id = new_id
         self._clock = clock
+        self._seal = seal  # encrypt and sign each copy as it is made (``Sealer.seal``)
 
     def envelopes(self, message: Message, *, message_id: str, correlation_id: str,
                   causation_id: str | None, headers: Mapping[str, str] | None = None,
@@ -44,13 +46,13 @@ class Addressing:
         sent_at = datetime.fromtimestamp(now, tz=timezone.utc)
         not_before = datetime.fromtimestamp(now + delay, tz=timezone.utc) if delay else None
         return [
-            Envelope(
+            self._seal(Envelope(
                 message_id=message_id, attempt_id=self._new_id(), kind=message.message_kind,
                 message_type=message.message_type, source=self.source, destination=destination,
                 topic=topic, correlation_id=correlation_id, causation_id=causation_id,
                 headers=dict(headers or {}), sent_at=sent_at,
                 content_type=self._serializer.content_type, payload=text,
-                payload_encoding=encoding, not_before=not_before)
+                payload_encoding=encoding, not_before=not_before))
             for destination in destinations
         ]
 

@@ -12,7 +12,7 @@ from bus.addressing import Addressing
 from bus.context import check_key, seconds
 from bus.endpoint import Endpoint, check_middleware
 from bus.envelope import Envelope
-from bus.errors import NotProvisioned, SendFailed, StateError
+from bus.errors import ConfigurationError, NotProvisioned, SendFailed, StateError
 from bus.hosting.retry import transient_retries
 from bus.messages import Command, Event, Message, require_command, require_event
 from bus.middleware import Middleware, Outgoing, SendNext, sending_chain
@@ -32,6 +32,7 @@ from bus.protocol.payloads import Payloads
 from bus.protocol.poison import PoisonQueue
 from bus.protocol.poisoning import Poisoning
 from bus.protocol.receive import Receiver
+from bus.protocol.sealing import Sealer
 from bus.protocol.send import Sender
 from bus.protocol.slotcache import SlotCache
 from bus.protocol.sweeper import Sweeper
@@ -91,11 +92,13 @@ class Bus:
         self.topics = Topics(storage.blobs, self.names.topic_container)
         self.inbox = Inbox(storage.tables, self.names.tokens_table)
         self.payloads = Payloads(storage.blobs, self.names.payload_container)
+        self.sealer = Sealer(self.settings.signing, self.settings.encryption)
+        self._check_signing_sources()
         self.courier = Courier(
             queues=storage.queues, names=self.names, inbox=self.inbox, payloads=self.payloads,
             clock=clock, in_flight=self.settings.max_in_flight_sends,
             bundles=self.settings.signal_bundles,
-            token_before_payload=self.safeguards.token_before_payload,
+            token_before_payload=self.safeguards.token_before_payload, sealer=self.sealer,
             room=Room(queues=storage.queues, names=self.names, clock=clock,
                       limits=depth_limits,
                       ttl=self.settings.depth_check_seconds))
@@ -109,6 +112,21 @@ class Bus:
         self.ledger = Ledger(tables=storage.tables, table=self.names.ledger_table,
                              dispatcher_for=self._dispatcher, clock=clock, new_id=new_id,
                              safeguards=self.safeguards)
+
+    def _check_signing_sources(self) -> None:
+        """The signing key must be allowed to sign as every source this bus sends as: its
+        endpoints and ``Settings.client_name`` (else every copy it sent would be poisoned)."""
+        signing = self.settings.signing
+        if not signing.on:
+            return
+        key = signing.signer()
+        ours = {*self.topology.endpoints, self.settings.client_name}
+        refused = sorted(source for source in ours if not key.allows(source))
+        if refused:
+            raise ConfigurationError(
+                f"the signing key {key.key_id!r} may not sign for {', '.join(refused)}, which "
+                f"this app sends as: add them to its sources (BUS_SIGNING_SOURCES__"
+                f"{key.key_id}) or sign with a key for any source (docs/signing.md)")
 
     # -- set-up -----------------------------------------------------------------------------
     def provision(self) -> None:
@@ -273,7 +291,8 @@ class Bus:
         admission = Admission(
             endpoint=endpoint, inbox=self.inbox, payloads=self.payloads,
             serializer=self.serializer, poisoning=poisoning, queues=self.storage.queues,
-            queue=self.names.queue(endpoint.name), clock=self.clock, safeguards=self.safeguards)
+            queue=self.names.queue(endpoint.name), clock=self.clock, safeguards=self.safeguards,
+            sealer=self.sealer)
         handling = Handling(
             endpoint=endpoint, tables=self.storage.tables,
             state_table=self.names.state_table(endpoint.name),
@@ -298,7 +317,7 @@ class Bus:
     def addressing(self, source: str) -> Addressing:
         return Addressing(source=source, routes=self.topology.routes, topics=self.topics,
                           serializer=self.serializer, new_id=self.new_id, clock=self.clock,
-                          known=self.topology.destinations)
+                          known=self.topology.destinations, seal=self.sealer.seal)
 
     def dead_letters(self, endpoint: str) -> DeadLetters:
         """The poison queue of ``endpoint``: list, replay (exactly once), purge."""

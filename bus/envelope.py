@@ -39,14 +39,32 @@ class PayloadRef(BaseModel):
     blob: str
 
 
+class Signature(BaseModel):
+    """A copy's signature (``bus.signing``): the key's id and the HMAC-SHA256, base64."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    key_id: str = Field(max_length=64)
+    hmac: str = Field(max_length=64)
+
+
+class PayloadEncryption(BaseModel):
+    """How an encrypted payload was encrypted (``bus.encryption``): the key's id and the
+    copy's nonce, base64. Its envelope is version 2."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    key_id: str = Field(max_length=64)
+    nonce: str = Field(max_length=64)
+
+
 class Envelope(BaseModel):
     """Everything a receiver needs to deduplicate, route and deserialize one message copy."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
-    bus: Literal[1] = 1
-    """The envelope's version (``bus.versions``: the one written; older ones are upgraded on
-    reading, newer ones poisoned with the reason)."""
+    bus: Literal[1, 2] = 1
+    """The envelope's version (``bus.versions``): 2 when its payload is encrypted (a reader of
+    version 1 only would misread it), 1 otherwise - set from the content, whatever a document
+    says; newer ones are poisoned with the reason."""
     message_id: str = Field(pattern=ID_PATTERN)
     attempt_id: str = Field(pattern=ID_PATTERN)
     kind: Literal["command", "event"]
@@ -65,6 +83,22 @@ class Envelope(BaseModel):
     not_before: datetime | None = None
     """Scheduled delivery: the receiver does not process the message before this time (it
     puts the signal back with the remaining delay)."""
+    encryption: PayloadEncryption | None = None
+    """Set when ``payload`` is the AES-GCM ciphertext of the message (base64)."""
+    payload_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
+    """On a signed copy whose payload is in a blob: the blob's SHA-256 (hex), which the
+    signature covers; checked once the blob is read."""
+    signature: Signature | None = None
+    """HMAC-SHA256 of the copy's canonical form (``bus.signing``)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _version(cls, document: object) -> object:
+        """The version follows the content: 2 exactly when the payload is encrypted."""
+        if isinstance(document, dict):
+            encrypted = document.get("encryption") is not None
+            return {**document, "bus": 2 if encrypted else 1}
+        return document
 
     @model_validator(mode="after")
     def _one_payload(self) -> Envelope:

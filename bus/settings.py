@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from bus.encryption import Encryption
+from bus.signing import Signing
+
 
 class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -51,3 +54,7 @@ class Settings(BaseModel):
     (``bus.protocol.backpressure``)."""
     client_name: str = "client"
     """The ``source`` of messages sent from outside any handler."""
+    signing: Signing = Field(default_factory=Signing)
+    """Signed messages: keys, the signing key, the mode (docs/signing.md; off by default)."""
+    encryption: Encryption = Field(default_factory=Encryption)
+    """Encrypted payloads: keys and the encrypting key (docs/signing.md; off by default)."""

@@ -65,7 +65,10 @@ class Format:
         return ", ".join(str(v) for v in versions)
 
 
-ENVELOPE = Format("envelope", "bus", 1)
+ENVELOPE = Format("envelope", "bus", 2, {1: lambda document: document})
+"""Version 2 adds ``encryption`` (an encrypted payload, which a version-1 reader would take
+for the message itself); the bus writes version 2 only for envelopes with an encrypted
+payload, version 1 for every other (``Envelope.bus``)."""
 OUTBOX_RECORD = Format("outbox record", "v", 1)
 POISON_ENTRY = Format("poison entry", "v", 2, {1: lambda document: document})
 """Version 2 adds ``entry_ref`` (an entry kept in a blob: ``bus.protocol.poison``); the bus

@@ -49,7 +49,7 @@ def record(**fields: object) -> dict[str, object]:
 def test_an_envelope_of_a_newer_version_is_poisoned_with_the_version(
         storage: Storage, prefix: str) -> None:
     bus, seen = build(storage, prefix)
-    envelope = {"bus": 2, "message_id": "m1", "attempt_id": "a1", "kind": "command",
+    envelope = {"bus": 3, "message_id": "m1", "attempt_id": "a1", "kind": "command",
                 "message_type": "Count", "source": "x", "destination": "counter",
                 "correlation_id": "m1", "sent_at": "2026-11-23T00:00:00Z",
                 "payload": '{"key": "k"}'}
@@ -58,7 +58,7 @@ def test_an_envelope_of_a_newer_version_is_poisoned_with_the_version(
     with pytest.raises(MessagesPoisoned) as poisoned:
         drain(bus)
     [letter] = poisoned.value.letters
-    assert letter.entry.reason == ("envelope version 2 is newer than this bus reads (1): "
+    assert letter.entry.reason == ("envelope version 3 is newer than this bus reads (1, 2): "
                                    "upgrade the bus package where it is read")
     assert letter.entry.original_body == body and seen == []
 

@@ -6,13 +6,15 @@ list complete):
 * ``send``       - a sender outside any handler: token first, then the signal.
 * ``sendgroup``  - concurrent sends of one process sharing their requests.
 * ``ledger``     - sending once per message id from outside a handler.
+* ``sealing``    - a copy encrypted and signed as it is made; checked and opened on receipt.
 * ``courier``    - putting one copy on its way: token, claim-check payload, signal.
 * ``bundles``    - several signals for one queue in one queue message.
 * ``payloads``   - claim-check blobs for payloads too large for a queue message.
 * ``topics``     - recipient lists in blobs, changed by ETag compare-and-swap.
 * ``backpressure`` - bounded queues and a bound on sends in flight.
 * ``delivery``   - what the receiver is given (a signal) and answers (its outcome).
-* ``admission``  - steps 1-2 of receiving: decode, route, not yet due, payload, partition.
+* ``admission``  - steps 1-2 of receiving: decode, verify, route, not yet due, payload,
+                   partition.
 * ``receive``    - the receiver and its claim: load the partition's outbox slot, check the
                    inbox token, commit state + outbox record atomically with an ETag claim,
                    complete the record; a single signal is a batch of one.

@@ -1,9 +1,12 @@
 """Admission: steps 1-2 of receiving a signal, before its partition is claimed.
 
-1. decode the envelope and route it: addressed here, a content type this endpoint reads, a
+1. decode the envelope and check its signature (``sealing``: before anything reads or writes
+   on the copy's behalf; a copy that fails is poisoned with the reason, its token untouched);
+   route it: addressed here, a content type this endpoint reads, a
    message type it handles (anything else is poisoned with the reason);
 2. a scheduled copy that arrived early goes back on the queue with its remaining delay;
-   otherwise fetch the payload (claim check), validate the message against the route's
+   otherwise fetch the payload (claim check; checked against the signed digest, decrypted),
+   validate the message against the route's
    contract and map it to its state partition and the state rows its route reads.
 """
 
@@ -24,6 +27,7 @@ from bus.protocol.outbox import RESERVED_PREFIX
 from bus.protocol.payloads import Payloads
 from bus.protocol.poisoning import Poisoning
 from bus.protocol.safeguards import Safeguards
+from bus.protocol.sealing import Sealer
 from bus.protocol.verdict import Verdict, verdict
 from bus.serialization import Serializer
 from bus.storage import Queues
@@ -46,7 +50,8 @@ class Admission:
 
     def __init__(self, *, endpoint: Endpoint, inbox: Inbox, payloads: Payloads,
                  serializer: Serializer, poisoning: Poisoning, queues: Queues, queue: str,
-                 clock: Callable[[], float], safeguards: Safeguards) -> None:
+                 clock: Callable[[], float], safeguards: Safeguards,
+                 sealer: Sealer | None = None) -> None:
         self._endpoint = endpoint
         self._inbox = inbox
         self._payloads = payloads
@@ -56,6 +61,7 @@ class Admission:
         self._queue = queue
         self._clock = clock
         self._safeguards = safeguards
+        self._sealer = sealer or Sealer()
         self._limits = inbox.limits
 
     @property
@@ -68,6 +74,10 @@ class Admission:
             envelope = decode_signal(item.body)
         except BadSignal as exc:
             return self._poisoning.bad(item.body, None, str(exc), item.dequeue_count, item.ack)
+        forged = self._sealer.check(envelope)
+        if forged is not None:
+            return self._poisoning.unverified(item.body, envelope, forged, item.dequeue_count,
+                                              item.ack)
         problem, route = self._route(envelope)
         if route is None:
             return self._poisoning.bad(item.body, envelope, problem, item.dequeue_count,
@@ -84,7 +94,7 @@ class Admission:
         if payload is None:
             return self._payload_missing(envelope, item)
         try:
-            return self._decode(envelope, route, payload)
+            return self._decode(envelope, route, self._sealer.open(envelope, payload))
         except BadSignal as exc:
             return self._poisoning.bad(item.body, envelope, str(exc), item.dequeue_count,
                                        item.ack)

@@ -16,6 +16,8 @@ from bus.protocol.backpressure import Room
 from bus.protocol.bundles import pack
 from bus.protocol.inbox import Inbox, Origin
 from bus.protocol.payloads import Payloads
+from bus.protocol.sealing import Sealer
+from bus.signing import payload_digest
 from bus.storage import Queues, StorageError
 
 
@@ -26,13 +28,15 @@ class Courier:
     def __init__(self, *, queues: Queues, names: Names, inbox: Inbox, payloads: Payloads,
                  clock: Callable[[], float], room: Room | None = None,
                  in_flight: int = 32, bundles: bool = True,
-                 token_before_payload: bool = True) -> None:
+                 token_before_payload: bool = True, sealer: Sealer | None = None) -> None:
         self._queues = queues
         self._names = names
         self.inbox = inbox
         self.payloads = payloads
         self._clock = clock
         self.room = room
+        self.sealer = sealer or Sealer()
+        """Signs a copy again when it gets a new attempt id (``Sender``, ``Dispatcher``)."""
         self._bundles = bundles
         self._token_first = token_before_payload  # off: the "payload-before-token" break
         self._capacity = queues.limits.signal_bytes
@@ -157,8 +161,11 @@ class Courier:
         if fits_signal(envelope, self._capacity):
             return envelope
         ref = self.payloads.ref(envelope.destination, envelope.attempt_id)
-        return envelope.model_copy(update={"payload": None, "payload_ref": ref,
-                                           "payload_encoding": "utf-8"})
+        update: dict[str, object] = {"payload": None, "payload_ref": ref,
+                                     "payload_encoding": "utf-8"}
+        if envelope.signature is not None:  # the signature covers the blob's digest
+            update["payload_sha256"] = payload_digest(envelope.inline_payload())
+        return envelope.model_copy(update=update)
 
     def resend(self, destination: str, body: str) -> None:
         """Send a signal body kept from earlier (a released deferral) as it was."""

@@ -239,7 +239,7 @@ class Dispatcher:
         if not committed_by_me and self._safeguards.fresh_attempt_ids:
             # Someone else may have created tokens for the current ids, and one of their
             # requests may still be in flight: never reuse an id a token may exist for.
-            record = record.with_fresh_attempts(self._new_id)
+            record = record.with_fresh_attempts(self._new_id, self._courier.sealer.resign)
             slot = self._outbox.update(slot, record)
         for envelope in record.outgoing:
             self._courier.place(envelope)

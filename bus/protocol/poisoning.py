@@ -51,6 +51,18 @@ class Poisoning:
         log.warning("poisoned a signal at %s: %s", self.endpoint, reason)
         return Outcome.POISONED
 
+    def unverified(self, body: str, envelope: Envelope, reason: str, dequeue_count: int,
+                   ack: Callable[[], None]) -> Outcome:
+        """A signal whose signature does not hold (``bus.protocol.sealing``): poisoned with
+        the reason, but the token it names is left alone - an unauthenticated signal must not
+        park the token of a real copy (which then goes on to be processed). A replay after the
+        keys are fixed finds the token live and re-sends the signal: processed once."""
+        self._poison.put(body, reason=reason, dequeue_count=dequeue_count, now=self._clock(),
+                         envelope=envelope)
+        ack()
+        log.warning("poisoned a signal at %s: %s", self.endpoint, reason)
+        return Outcome.POISONED
+
     def failed(self, body: str, envelope: Envelope, exc: Exception, dequeue_count: int,
                ack: Callable[[], None]) -> Outcome:
         """A handler that raised on the last delivery allowed, or rejected the message."""

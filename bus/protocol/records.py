@@ -96,11 +96,15 @@ class OutboxRecord(BaseModel):
     def is_for(self, envelope: Envelope) -> bool:
         return (self.message_id, self.attempt_id) == (envelope.message_id, envelope.attempt_id)
 
-    def with_fresh_attempts(self, new_id: Callable[[], str]) -> OutboxRecord:
-        """Issue new attempt ids for every outgoing copy; remember the old ones for fencing."""
+    def with_fresh_attempts(self, new_id: Callable[[], str],
+                            resign: Callable[[Envelope], Envelope] = lambda e: e,
+                            ) -> OutboxRecord:
+        """Issue new attempt ids for every outgoing copy, each signed again by ``resign``
+        (the signature covers the attempt id); remember the old ones for fencing."""
         old = tuple(Attempt(destination=e.destination, attempt_id=e.attempt_id)
                     for e in self.outgoing)
-        fresh = tuple(e.model_copy(update={"attempt_id": new_id()}) for e in self.outgoing)
+        fresh = tuple(resign(e.model_copy(update={"attempt_id": new_id()}))
+                      for e in self.outgoing)
         return self.model_copy(update={"outgoing": fresh, "superseded": self.superseded + old})
 
     def sending(self) -> OutboxRecord:

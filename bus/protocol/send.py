@@ -86,7 +86,8 @@ class Sender:
             return envelope
         self._retrying()(self._courier.fence, envelope.destination, envelope.attempt_id,
                          envelope.message_id)
-        return envelope.model_copy(update={"attempt_id": self._new_id()})
+        fresh = envelope.model_copy(update={"attempt_id": self._new_id()})
+        return self._courier.sealer.resign(fresh)  # the signature covers the attempt id
 
     def _retrying(self) -> Retrying:
         return Retrying(stop=stop_after_attempt(self._attempts),

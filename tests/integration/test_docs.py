@@ -50,3 +50,26 @@ def test_examples_run(azurite_connection: str, prefix: str, doc: str, title: str
 
 def test_operating_md_has_its_examples() -> None:
     assert sorted(examples("operating.md")) == ["maintenance", "read-state", "routes"]
+
+
+def test_foreign_producer_in_signing_md_signs_with_plain_hmac(azurite_connection: str,
+                                                               prefix: str) -> None:
+    """Its copy verifies against a key bound to its source; with another secret under the
+    same key id it is poisoned, never processed."""
+    from bus.settings import Settings
+    from bus.signing import Signing, SigningKey
+
+    shop = SigningKey(key_id="shop", secret=b"s" * 32, sources=frozenset({"legacy-shop"}))
+    signing = Signing(mode="required", key_id="app",
+                      keys=(SigningKey(key_id="app", secret=b"a" * 32), shop))
+    bus = build(AzureStorage.from_connection_string(azurite_connection), prefix,
+                settings=Settings(signing=signing))
+    program = examples("signing.md")["foreign-producer"]
+    exec(program, {"CONNECTION": azurite_connection, "PREFIX": prefix, "KEY_ID": "shop",
+                   "KEY": b"s" * 32})
+    exec(program, {"CONNECTION": azurite_connection, "PREFIX": prefix, "KEY_ID": "shop",
+                   "KEY": b"x" * 32})
+    assert drain(bus, fail_fast=False)["orders"] == {"processed": 1, "poisoned": 1}
+    assert state(bus, "orders", "signed-1", "order") == {"amount": 7, "note_size": 0}
+    [letter] = bus.dead_letters("orders").entries()
+    assert letter.entry.reason == "bad signature (key 'shop')"

@@ -103,6 +103,11 @@ class BusFunctions(df.Blueprint):  # type: ignore[misc]
         self.config = AppConfig.from_environment(environ, host_json)
         settings = (settings or Settings()).model_copy(
             update={"max_delivery_count": self.config.max_dequeue_count})
+        # Signing and encryption in app settings win over those given in code.
+        if self.config.signing.on:
+            settings = settings.model_copy(update={"signing": self.config.signing})
+        if self.config.encryption.keys:
+            settings = settings.model_copy(update={"encryption": self.config.encryption})
         self.bus = Bus(self.config.storage(), endpoints, prefix=self.config.prefix,
                        routes=routes, settings=settings)
         # BUS_DELIVERY_THREADS: None runs deliveries on the event loop's default executor.

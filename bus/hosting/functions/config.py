@@ -6,6 +6,7 @@ indexing time (before any message is taken) with a message a person can act on.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -13,8 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bus.adapters.select import open_storage
+from bus.encryption import Encryption, encryption_from_settings
 from bus.errors import ConfigurationError
 from bus.naming import PREFIX_PATTERN
+from bus.signing import Signing, signing_from_settings
 from bus.storage import Storage
 
 DEFAULT_CONNECTION = "AzureWebJobsStorage"
@@ -50,6 +53,11 @@ class AppConfig:
     delivery_threads: int = DELIVERY_THREADS
     """``BUS_DELIVERY_THREADS``: threads the queue triggers run deliveries on (blocking storage
     calls); 0 uses the event loop's default executor."""
+    signing: Signing = dataclasses.field(default_factory=Signing, repr=False)
+    """``BUS_SIGNING``, ``BUS_SIGNING_KEY_ID``, ``BUS_SIGNING_KEY__<id>``,
+    ``BUS_SIGNING_SOURCES__<id>`` (docs/signing.md)."""
+    encryption: Encryption = dataclasses.field(default_factory=Encryption, repr=False)
+    """``BUS_ENCRYPTION_KEY_ID``, ``BUS_ENCRYPTION_KEY__<id>`` (docs/signing.md)."""
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None,
@@ -72,10 +80,12 @@ class AppConfig:
         max_dequeue = _max_dequeue_count(host_json or _default_host_json(), problems)
         hosted = tuple(n.strip() for n in env.get("BUS_ENDPOINTS", "").split(",") if n.strip())
         threads = _number(env, "BUS_DELIVERY_THREADS", DELIVERY_THREADS, int, problems)
+        signing = signing_from_settings(env, problems)
+        encryption = encryption_from_settings(env, problems)
         if problems:
             raise ConfigurationError("the bus cannot start:\n  - " + "\n  - ".join(problems))
         return cls(connection, prefix, int(inline), float(stalled), max_dequeue, hosted or None,
-                   env, int(threads))
+                   env, int(threads), signing, encryption)
 
     def hosted_endpoints(self, defined: Sequence[str]) -> list[str]:
         """The endpoints to run here; an unknown name in ``BUS_ENDPOINTS`` is an error."""

@@ -33,6 +33,7 @@ from bus.integrations.spark.writer import (
     sweep,
 )
 from bus.messages import Message
+from bus.settings import Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -44,12 +45,14 @@ def publish(df: DataFrame, message_type: type[Message] | str, *,
             destination: str | None = None, key_column: str | None = None,
             run_key: str | None = None, connection_string: str | None = None,
             account_name: str | None = None, prefix: str = "",
-            parallelism: int = 16) -> PublishResult:
+            parallelism: int = 16, settings: Settings | None = None) -> PublishResult:
     """Send each row of ``df`` as a ``message_type`` command to ``destination``, or publish it
-    as an event, exactly once per message id (see docs/spark.md for the ids and options)."""
+    as an event, exactly once per message id (see docs/spark.md for the ids and options;
+    ``settings``: signing and encryption, docs/signing.md)."""
     if not isinstance(message_type, str):
         message_type = class_path(check_message_class(message_type, repr(message_type)))
-    options = WriteOptions(Connection(connection_string, account_name, prefix), message_type,
+    options = WriteOptions(Connection(connection_string, account_name, prefix, settings),
+                           message_type,
                            destination=destination, key_column=key_column, run_key=run_key,
                            parallelism=parallelism)
     job = JobWriter(options)
@@ -89,13 +92,15 @@ def receive(spark: SparkSession, endpoint: str, *, run_key: str,
             message_type: type[Message] | str | None = None, max_messages: int = 10_000,
             lease_seconds: float = 300.0, subscribe: Sequence[str] = (),
             connection_string: str | None = None, account_name: str | None = None,
-            prefix: str = "") -> DataFrame:
+            prefix: str = "", settings: Settings | None = None) -> DataFrame:
     """The messages pending at ``endpoint`` as a DataFrame, each taken exactly once. The
     first call with a ``run_key`` drains and stages; later calls with it return the same rows
-    (until ``forget_read``). Columns: docs/spark.md."""
+    (until ``forget_read``). Columns: docs/spark.md. ``settings``: signing and encryption
+    (docs/signing.md)."""
     if message_type is not None and not isinstance(message_type, str):
         message_type = class_path(check_message_class(message_type, repr(message_type)))
-    options = ReadOptions(Connection(connection_string, account_name, prefix), endpoint,
+    options = ReadOptions(Connection(connection_string, account_name, prefix, settings),
+                          endpoint,
                           message_class=message_type, max_messages=max_messages,
                           lease_seconds=lease_seconds, subscribe=tuple(subscribe),
                           run_key=run_key)

@@ -13,12 +13,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from bus.adapters.select import open_storage
 from bus.bus import Bus
+from bus.encryption import Encryption, EncryptionKey
 from bus.envelope import ID_PATTERN
 from bus.errors import BusError, ConfigurationError, NamingError
 from bus.messages import Command, Event, Message, topic_of
 from bus.naming import check_endpoint
+from bus.settings import Settings
+from bus.signing import Signing, SigningKey, keys_from_text, sources_from_text
 from bus.storage import Storage
 
 
@@ -38,6 +43,9 @@ class Connection:
     connection_string: str | None = field(default=None, repr=False)  # holds the key
     account_name: str | None = None
     prefix: str = ""
+    settings: Settings | None = field(default=None, repr=False)  # may hold signing keys
+    """The bus's settings: the signing and encryption keys of the app it talks to
+    (docs/signing.md); the defaults when None."""
 
     def __post_init__(self) -> None:
         if (self.connection_string is None) == (self.account_name is None):
@@ -58,7 +66,8 @@ class Connection:
 
     def bus(self, routes: Mapping[type[Message] | str, str] | None = None,
             storage: Storage | None = None) -> Bus:
-        return Bus(storage or self.storage(), prefix=self.prefix, routes=routes)
+        return Bus(storage or self.storage(), prefix=self.prefix, routes=routes,
+                   settings=self.settings)
 
 
 def load_message_class(path: str) -> type[Message]:
@@ -168,7 +177,34 @@ def _endpoint(option: str, name: str) -> str:
 def connection_from(options: Mapping[str, str]) -> Connection:
     return Connection(connection_string=options.get("connection_string") or None,
                       account_name=options.get("account_name") or None,
-                      prefix=options.get("prefix", ""))
+                      prefix=options.get("prefix", ""), settings=sealing_from(options))
+
+
+def sealing_from(options: Mapping[str, str]) -> Settings | None:
+    """Settings with the signing and encryption the options name (docs/signing.md,
+    "Spark"): ``signing`` (the mode), ``signing_key_id``, ``signing_keys``
+    (``kid=<base64>;...``), ``signing_sources`` (``kid=source,source;...``),
+    ``encryption_key_id``, ``encryption_keys``; None when none is set."""
+    names = ("signing", "signing_key_id", "signing_keys", "signing_sources",
+             "encryption_key_id", "encryption_keys")
+    if not any(options.get(name) for name in names):
+        return None
+    try:
+        sources = dict(item.partition("=")[::2] for item in
+                       options.get("signing_sources", "").split(";") if item.strip())
+        signing = Signing(
+            mode=options.get("signing") or "off",
+            keys=tuple(SigningKey(key_id=k, secret=s, sources=sources_from_text(
+                sources.get(k, ""))) for k, s in keys_from_text(
+                    options.get("signing_keys", ""), "signing_keys").items()),
+            key_id=options.get("signing_key_id") or None)
+        encryption = Encryption(
+            keys=tuple(EncryptionKey(key_id=k, secret=s) for k, s in keys_from_text(
+                options.get("encryption_keys", ""), "encryption_keys").items()),
+            key_id=options.get("encryption_key_id") or None)
+    except (ValueError, ValidationError) as exc:  # the message names the option
+        raise OptionError(f"signing/encryption options: {exc}") from None
+    return Settings(signing=signing, encryption=encryption)
 
 
 def write_options(options: Mapping[str, str]) -> WriteOptions:

@@ -4,8 +4,10 @@ A Spark reader is an endpoint without handlers: its queue is ``names.queue(endpo
 message copy may be taken only while its inbox token is live (docs/protocol.md). Taking a batch:
 
 1. receive up to 32 queue messages and take bundles apart into their signals
-   (``bus.protocol.bundles``); decode them (garbage, a wrong destination, a payload that is
-   not the expected contract: poison queue with the reason, token parked);
+   (``bus.protocol.bundles``); decode them and check their signatures (garbage, a wrong
+   destination, a payload that is not the expected contract: poison queue with the reason,
+   token parked; a signature that does not hold: poison queue, token untouched, as a
+   receiver does: ``bus.protocol.sealing``);
 2. read their tokens in one request: gone or fenced - a duplicate, delete it; parked - already
    in the poison queue; live - take it (fetch its payload, from the claim check if need be);
 3. stage the taken messages under the batch's key (row key: the attempt id, so a copy staged
@@ -163,6 +165,10 @@ class Drainer:
                 self._poison(part, envelope, f"signal addressed to "
                              f"{envelope.destination!r} arrived at {self.endpoint!r}", None)
                 continue
+            forged = self._bus.sealer.check(envelope)
+            if forged is not None:  # before its token is read: it is not trusted to name one
+                self._poison(part, envelope, forged, None)
+                continue
             decoded.append((part, envelope))
         tokens = self._staging.retried(self._bus.inbox.read_many, self.endpoint,
                          [envelope.attempt_id for _, envelope in decoded])
@@ -201,12 +207,18 @@ class Drainer:
             if found is None:
                 return f"payload blob {envelope.payload_ref.blob} is missing", None
             data = found
+        try:
+            data = self._bus.sealer.open(envelope, data)  # the signed digest; decryption
+        except BadSignal as exc:
+            return str(exc), None
         if contract is not None:
             try:
                 self._bus.serializer.loads(data, contract)
             except PayloadError as exc:
                 return str(exc), None
-        if envelope.payload_encoding == "base64":
+        binary = (envelope.payload_encoding == "base64" if envelope.encryption is None
+                  else not self._bus.serializer.text)  # a ciphertext is base64 whatever it hid
+        if binary:
             return "", base64.b64encode(data).decode("ascii")  # binary: kept base64-encoded
         return "", data.decode("utf-8")
 
