@@ -91,7 +91,8 @@ class Bus:
         self.safeguards = seams.safeguards
         self.topics = Topics(storage.blobs, self.names.topic_container)
         self.inbox = Inbox(storage.tables, self.names.tokens_table)
-        self.payloads = Payloads(storage.blobs, self.names.payload_container)
+        self.payloads = Payloads(storage.blobs, self.names.payload_container,
+                                 self.settings.max_payload_bytes)
         self.sealer = Sealer(self.settings.signing, self.settings.encryption)
         self._check_signing_sources()
         self.courier = Courier(

@@ -181,17 +181,40 @@ def bundle_parts(raw: bytes) -> list[bytes] | None:
     if not raw.startswith(_BUNDLE_HEAD.encode()):
         return None
     try:
-        document = json.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
+        document = json.loads(text)
     except (ValueError, RecursionError):
         return None
     signals = document.get("bundle") if isinstance(document, dict) else None
     if not isinstance(signals, list) or not 0 < len(signals) <= MAX_BUNDLE_PARTS or not all(
             isinstance(signal, dict) for signal in signals):
         return None  # decoding it as an envelope says why it cannot be processed
-    try:
-        return [json.dumps(signal, ensure_ascii=False).encode("utf-8") for signal in signals]
-    except UnicodeEncodeError:  # a lone surrogate: poisoned whole, as above
-        return None
+    spans = _element_spans(text, len(_BUNDLE_HEAD), len(signals))
+    if spans is None or [json.loads(span) for span in spans] != signals:
+        return None  # e.g. a second "bundle" key: not a bundle this bus wrote
+    return [span.encode("utf-8") for span in spans]  # each part exactly as it was sent
+
+
+def _element_spans(text: str, start: int, count: int) -> list[str] | None:
+    """The texts of the first ``count`` elements of the JSON array whose first element starts
+    at or after ``start`` (whitespace allowed), exactly as written; None if they are not."""
+    decoder = json.JSONDecoder()
+    spans: list[str] = []
+    index = start
+    while len(spans) < count:
+        while index < len(text) and text[index] in " \t\r\n":
+            index += 1
+        try:
+            _, end = decoder.raw_decode(text, index)
+        except (ValueError, RecursionError):
+            return None
+        spans.append(text[index:end])
+        index = end
+        while index < len(text) and text[index] in " \t\r\n":
+            index += 1
+        if index < len(text) and text[index] == ",":
+            index += 1
+    return spans
 
 
 DELIVERIES = "deliveries"

@@ -52,6 +52,9 @@ class Settings(BaseModel):
     depth_check_seconds: float = Field(1.0, ge=0)
     """How long a bounded queue's depth is trusted before it is read again
     (``bus.protocol.backpressure``)."""
+    max_payload_bytes: int = Field(64 * 1024 * 1024, ge=1)
+    """The largest claim-check payload a send writes and a receiver reads: a larger send raises
+    PayloadError, a larger blob is poisoned unread (the reader holds at most this much)."""
     client_name: str = "client"
     """The ``source`` of messages sent from outside any handler."""
     signing: Signing = Field(default_factory=Signing)

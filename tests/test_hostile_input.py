@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from bus import Bus, Command, Context, Endpoint, RetryPolicy
 from bus.envelope import BadSignal, parse_envelope
+from bus.errors import PayloadError
 from bus.hosting.functions.trigger import QueueTrigger
 from bus.protocol.delivery import Outcome
 from bus.settings import Settings
@@ -233,6 +234,41 @@ def test_a_hostile_delivery_count_is_poisoned_or_ignored_on_every_host(value: st
                            in_process_tries=1)
     delivery = trigger.deliver(raw, 1)
     assert {p.outcome.value for p in delivery.parts} | {delivery.outcome.value} <= ENDS
+
+
+def test_a_claim_check_over_the_limit_is_poisoned_unread() -> None:
+    """A payload blob larger than ``max_payload_bytes`` is not read whole: the copy is
+    poisoned with the reason (before, a blob of any size was read into memory and handled)."""
+    bus, seen = build(Settings(max_payload_bytes=1_000))
+    with_token(bus)
+    ref = bus.payloads.ref("desk", "a1")
+    bus.payloads.blobs.write(ref.container, ref.blob, b'{"key": "k"}' + b" " * 5_000)
+    fields = {**valid_fields(bus), "payload_ref": json.dumps(ref.model_dump())}
+    fields.pop("payload")
+    bus.storage.queues.send(bus.names.queue("desk"),
+                            base64.b64encode(document(fields)).decode())
+    assert drain(bus, fail_fast=False).total() == {Outcome.POISONED.value: 1} and seen == []
+    [letter] = bus.dead_letters("desk").entries()
+    assert "holds more than 1000 bytes" in letter.entry.reason
+    with pytest.raises(PayloadError, match="over the limit of 1000"):
+        bus.send(Note(key="k" * 70_000), to="desk")
+
+
+def test_a_bundle_part_is_poisoned_with_its_exact_bytes() -> None:
+    """A part's poison entry keeps the part as it was sent: duplicate keys and numbers as
+    written (before, the part was re-serialised from its parsed form)."""
+    bus, _ = build()
+    part = (b'{"bus":1,"message_id":"m2","message_id":"m2","attempt_id":"a2","kind":"command",'
+            b'"message_type":"Nope","source":"client","destination":"desk",'
+            b'"correlation_id":"m2","sent_at":"2026-11-24T00:00:00Z","payload":"{}",'
+            b'"x": 1.50000000000000000001, "y":1e400}')
+    good = document(valid_fields(bus))
+    with_token(bus)
+    bus.storage.queues.send(bus.names.queue("desk"), base64.b64encode(
+        b'{"bus":1,"bundle":[' + good + b" , " + part + b"]}").decode())
+    drain(bus, fail_fast=False)
+    [letter] = bus.dead_letters("desk").entries()
+    assert base64.b64decode(letter.entry.original_body) == part
 
 
 @pytest.mark.parametrize("blob", ["orders.json", "desk/someone-else"])

@@ -153,8 +153,8 @@ class _ContainerLog:
         self._blobs.create_container(container)
         self.created.append(container)
 
-    def read(self, container: str, name: str) -> Blob:
-        return self._blobs.read(container, name)
+    def read(self, container: str, name: str, *, max_bytes: int | None = None) -> Blob:
+        return self._blobs.read(container, name, max_bytes=max_bytes)
 
     def write(self, container: str, name: str, data: bytes, *, etag: str | None = None,
               create_only: bool = False) -> str:

@@ -90,7 +90,11 @@ class Admission:
             return self._poisoning.bad(item.body, envelope,
                                        self._payloads.outside(envelope, self.endpoint),
                                        item.dequeue_count, item.ack)
-        payload = self._payload(envelope)
+        try:
+            payload = self._payload(envelope)
+        except PayloadError as exc:  # a blob over the limit: not read
+            return self._poisoning.bad(item.body, envelope, str(exc), item.dequeue_count,
+                                       item.ack)
         if payload is None:
             return self._payload_missing(envelope, item)
         try:

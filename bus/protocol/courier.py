@@ -51,6 +51,7 @@ class Courier:
         Token first: a payload blob then always has a token, or had one, which is what lets
         the sweeper delete a blob whose token is gone.
         """
+        self._check_payloads([envelope])
         with self._in_flight:
             if not self._token_first:
                 self._put_payload(envelope)
@@ -58,6 +59,13 @@ class Courier:
                               self._clock(), _due(envelope))
             if self._token_first:
                 self._put_payload(envelope)
+
+    def _check_payloads(self, envelopes: Sequence[Envelope]) -> None:
+        """PayloadError before anything is written when a claim-check payload is over the
+        limit its receiver reads (``Payloads.max_bytes``)."""
+        for envelope in envelopes:
+            if not fits_signal(envelope, self._capacity):
+                self.payloads.check_size(len(envelope.inline_payload()))
 
     def _put_payload(self, envelope: Envelope) -> None:
         if not fits_signal(envelope, self._capacity):
@@ -75,6 +83,7 @@ class Courier:
             by_destination.setdefault(envelope.destination, []).append(index)
         now = self._clock()
         etags = [""] * len(envelopes)
+        self._check_payloads(envelopes)
         with self._in_flight:
             if not self._token_first:
                 for envelope in envelopes:

@@ -10,13 +10,16 @@ from __future__ import annotations
 import contextlib
 
 from bus.envelope import Envelope, PayloadRef
+from bus.errors import PayloadError
 from bus.storage import Blobs, NotFound
 
 
 class Payloads:
-    def __init__(self, blobs: Blobs, container: str) -> None:
+    def __init__(self, blobs: Blobs, container: str, max_bytes: int = 64 * 1024 * 1024) -> None:
         self.blobs = blobs
         self.container = container
+        self.max_bytes = max_bytes
+        """The largest claim-check payload sent or read (``Settings.max_payload_bytes``)."""
 
     def ref(self, destination: str, attempt_id: str) -> PayloadRef:
         return PayloadRef(container=self.container, blob=f"{destination}/{attempt_id}")
@@ -37,13 +40,27 @@ class Payloads:
                 f"message's claim check ({expected.container}/{expected.blob}): not read")
 
     def put(self, ref: PayloadRef, data: bytes) -> None:
+        self.check_size(len(data))
         self.blobs.write(ref.container, ref.blob, data)
 
+    def check_size(self, size: int) -> None:
+        """Raises PayloadError for a payload over ``max_bytes``: before anything is written, so
+        that nothing is sent that its receiver would refuse."""
+        if size > self.max_bytes:
+            raise PayloadError(f"payload of {size} bytes is over the limit of {self.max_bytes} "
+                               "(Settings.max_payload_bytes)")
+
     def get(self, ref: PayloadRef) -> bytes | None:
+        """The payload, or None when its blob is gone. Raises PayloadError when the blob holds
+        more than ``max_bytes`` (only that much and a byte is read)."""
         try:
-            return self.blobs.read(ref.container, ref.blob).data
+            data = self.blobs.read(ref.container, ref.blob, max_bytes=self.max_bytes).data
         except NotFound:
             return None
+        if len(data) > self.max_bytes:
+            raise PayloadError(f"payload blob {ref.blob[:200]} holds more than "
+                               f"{self.max_bytes} bytes (Settings.max_payload_bytes): not read")
+        return data
 
     def delete(self, ref: PayloadRef) -> None:
         with contextlib.suppress(NotFound):

@@ -90,8 +90,10 @@ class Blobs(Protocol):
     def create_container(self, container: str) -> None:
         """Create the container if it does not exist."""
 
-    def read(self, container: str, name: str) -> Blob:
-        """Raises NotFound."""
+    def read(self, container: str, name: str, *, max_bytes: int | None = None) -> Blob:
+        """Raises NotFound. With ``max_bytes``, at most ``max_bytes + 1`` bytes are read: a
+        longer blob comes back cut there, so the caller can tell it is over its limit without
+        holding all of it."""
 
     def write(
         self, container: str, name: str, data: bytes, *, etag: str | None = None,

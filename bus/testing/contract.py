@@ -110,6 +110,16 @@ class StorageContract:
             storage.blobs.write(name, "t.json", b"3", etag=first)
         assert storage.blobs.read(name, "t.json").etag == second
 
+    def test_a_bounded_read_stops_one_byte_past_the_limit(self, storage: Storage,
+                                                          name: str) -> None:
+        storage.blobs.create_container(name)
+        storage.blobs.write(name, "big", b"x" * 5_000)
+        storage.blobs.write(name, "small", b"abc")
+        storage.blobs.write(name, "empty", b"")
+        assert storage.blobs.read(name, "big", max_bytes=1_000).data == b"x" * 1_001
+        assert storage.blobs.read(name, "small", max_bytes=1_000).data == b"abc"
+        assert storage.blobs.read(name, "empty", max_bytes=1_000).data == b""
+
     def test_blob_delete_and_list(self, storage: Storage, name: str) -> None:
         storage.blobs.create_container(name)
         storage.blobs.write(name, "x/1", b"")

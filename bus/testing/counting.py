@@ -115,8 +115,9 @@ class CountingBlobs:
         self._counter.call("blob", "create_container",
                            lambda: self._inner.create_container(container))
 
-    def read(self, container: str, name: str) -> Blob:
-        return self._counter.call("blob", "read", lambda: self._inner.read(container, name))
+    def read(self, container: str, name: str, *, max_bytes: int | None = None) -> Blob:
+        return self._counter.call("blob", "read",
+                                  lambda: self._inner.read(container, name, max_bytes=max_bytes))
 
     def write(self, container: str, name: str, data: bytes, *, etag: str | None = None,
               create_only: bool = False) -> str:

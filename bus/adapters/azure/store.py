@@ -212,9 +212,18 @@ class AzureBlobs:
         except Conflict:
             pass
 
-    def read(self, container: str, name: str) -> Blob:
+    def read(self, container: str, name: str, *, max_bytes: int | None = None) -> Blob:
+        client = self._service.get_blob_client(container, name)
         with _translated():
-            downloader = self._service.get_blob_client(container, name).download_blob()
+            if max_bytes is None:
+                downloader = client.download_blob()
+            else:
+                try:  # a ranged read: never more than the limit and one byte
+                    downloader = client.download_blob(offset=0, length=max_bytes + 1)
+                except HttpResponseError as exc:
+                    if exc.status_code != 416:  # 416: an empty blob has no byte 0
+                        raise
+                    downloader = client.download_blob()
             return Blob(downloader.readall(), str(downloader.properties.etag))
 
     def write(self, container: str, name: str, data: bytes, *, etag: str | None = None,

@@ -191,12 +191,15 @@ class MemoryBlobs:
     def create_container(self, container: str) -> None:
         self._core.call("blob", "create", lambda: self._containers.setdefault(container, {}))
 
-    def read(self, container: str, name: str) -> Blob:
+    def read(self, container: str, name: str, *, max_bytes: int | None = None) -> Blob:
         def get() -> Blob:
             blobs = self._get(container)
             if name not in blobs:
                 raise NotFound(f"blob {container}/{name} does not exist")
-            return blobs[name]
+            blob = blobs[name]
+            if max_bytes is not None and len(blob.data) > max_bytes:
+                return Blob(blob.data[:max_bytes + 1], blob.etag)
+            return blob
 
         return self._core.call("blob", "read", get)
 

@@ -203,7 +203,10 @@ class Drainer:
         elif not self._bus.payloads.confined(envelope, self.endpoint):
             return self._bus.payloads.outside(envelope, self.endpoint), None
         else:
-            found = self._staging.retried(self._bus.payloads.get, envelope.payload_ref)
+            try:
+                found = self._staging.retried(self._bus.payloads.get, envelope.payload_ref)
+            except PayloadError as exc:
+                return str(exc), None
             if found is None:
                 return f"payload blob {envelope.payload_ref.blob} is missing", None
             data = found
