@@ -25,6 +25,7 @@ from bus.endpoint import Endpoint
 from bus.errors import ConfigurationError
 from bus.hosting.functions.config import AppConfig
 from bus.hosting.functions.trigger import QueueTrigger
+from bus.hosting.maintenance import maintenance_pass
 from bus.messages import Message
 from bus.protocol.delivery import Handoff
 from bus.protocol.records import RecordKey
@@ -179,21 +180,7 @@ class BusFunctions(df.Blueprint):  # type: ignore[misc]
         bus, stalled = self.bus, self.config.stalled_outbox_seconds
 
         def bus_maintenance(timer: func.TimerRequest) -> None:
-            # Each part on its own: one that fails never keeps the others from running.
-            try:
-                log.info("bus maintenance: %s", bus.sweeper().sweep())
-            except Exception:
-                log.exception("bus maintenance: the sweep failed; the next pass tries again")
-            for name in bus.topology.endpoints:
-                try:
-                    recovered = bus.outbox_driver(name).recover(stalled)
-                    # What the host moved to the poison queue itself expires after 7 days.
-                    adopted = bus.dead_letters(name).adopt()
-                except Exception:
-                    log.exception("bus maintenance: the pass over %s failed", name)
-                    continue
-                log.info("bus maintenance: %s: %d stalled outbox records finished, %d "
-                         "signals the host poisoned adopted", name, recovered, adopted)
+            log.info("bus maintenance: %s", maintenance_pass(bus, stalled))
 
         self.timer_trigger(schedule=MAINTENANCE_SCHEDULE, arg_name="timer")(bus_maintenance)
 

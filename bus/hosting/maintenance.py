@@ -1,0 +1,56 @@
+"""One maintenance pass: what every deployment runs on a timer (the Functions app every five
+minutes, a program of its own on a schedule of its own; docs/operating.md, "Maintenance").
+
+Each part runs on its own, so one that fails (storage trouble, a record it cannot finish now)
+never keeps the others from running; what it could not do waits for the next pass. Adoption
+comes first: what the Functions host moved to a poison queue itself expires with the queue's
+time-to-live (7 days) unless adopted, and the other parts can wait.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from bus.bus import Bus
+from bus.protocol.sweeper import SweepReport
+
+log = logging.getLogger("bus.maintenance")
+
+
+@dataclass
+class MaintenanceReport:
+    adopted: dict[str, int] = field(default_factory=dict)
+    """Per endpoint: signals the host had poisoned itself, now entries of the bus's own."""
+    recovered: dict[str, int] = field(default_factory=dict)
+    """Per endpoint: stalled outbox records finished."""
+    sweep: SweepReport | None = None
+    failed: list[str] = field(default_factory=list)
+    """The parts that failed this pass (each logged with its exception)."""
+
+
+def maintenance_pass(bus: Bus, stalled_seconds: float = 300.0) -> MaintenanceReport:
+    """Adopt host-poisoned signals, sweep, and finish stalled outbox records, each part on
+    its own. Safe at any time and from several processes at once."""
+    report = MaintenanceReport()
+    endpoints = list(bus.topology.endpoints)
+    for name in endpoints:
+        try:
+            report.adopted[name] = bus.dead_letters(name).adopt()
+        except Exception:
+            _failed(report, f"adopting at {name}")
+    try:
+        report.sweep = bus.sweeper().sweep()
+    except Exception:
+        _failed(report, "the sweep")
+    for name in endpoints:
+        try:
+            report.recovered[name] = bus.outbox_driver(name).recover(stalled_seconds)
+        except Exception:
+            _failed(report, f"recovering at {name}")
+    return report
+
+
+def _failed(report: MaintenanceReport, part: str) -> None:
+    log.exception("bus maintenance: %s failed; the next pass tries again", part)
+    report.failed.append(part)
