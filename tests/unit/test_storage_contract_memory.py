@@ -1,7 +1,7 @@
 import pytest
 
 from bus.adapters.memory import Fault, NoFaults
-from bus.storage import Entity, TransientError
+from bus.storage import Entity, NotFound, Refused, TransientError
 from bus.testing import InMemoryStorage
 from bus.testing.contract import StorageContract
 
@@ -57,3 +57,41 @@ def test_a_read_of_several_rows_split_into_pages_is_refused() -> None:
     assert list(storage.tables.get_many("t", "p", ["b"])) == ["b"]
     with pytest.raises(TransientError, match="not one snapshot"):
         storage.tables.get_many("t", "p", ["b", "d"])
+
+
+class _Clock(NoFaults):
+    def __init__(self) -> None:
+        self.at = 1_000.0
+
+    def now(self) -> float:
+        return self.at
+
+
+def test_a_message_past_its_time_to_live_is_gone_without_trace() -> None:
+    """As on Azure: an expired message is neither received nor counted; the bus's own sends
+    (no time-to-live) never expire."""
+    clock = _Clock()
+    storage = InMemoryStorage(hooks=clock)
+    storage.queues.create_queue("q")
+    storage.queues.send("q", "short", time_to_live=10.0)
+    storage.queues.send("q", "forever")
+    storage.queues.send("q", "also forever", time_to_live=-1)
+    clock.at += 9.0
+    assert storage.queues.bodies("q") == ["short", "forever", "also forever"]
+    clock.at += 2.0
+    assert [m.body for m in storage.queues.receive("q", max_messages=32, lease=30.0)] == [
+        "forever", "also forever"]
+    assert storage.queues.depth("q") == 2 and storage.queues.expired == 1
+    with pytest.raises(Refused):
+        storage.queues.send("q", "x", time_to_live=0.0)
+
+
+def test_an_expired_message_cannot_be_deleted_or_renewed() -> None:
+    clock = _Clock()
+    storage = InMemoryStorage(hooks=clock)
+    storage.queues.create_queue("q")
+    storage.queues.send("q", "short", time_to_live=10.0)
+    [message] = storage.queues.receive("q", max_messages=1, lease=60.0)
+    clock.at += 11.0
+    with pytest.raises(NotFound):
+        storage.queues.delete("q", message)

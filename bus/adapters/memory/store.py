@@ -82,6 +82,7 @@ class _Stored:
     visible_at: float
     dequeue_count: int = 0
     pop_receipt: str = ""
+    expires_at: float | None = None
 
 
 class MemoryQueues:
@@ -89,16 +90,29 @@ class MemoryQueues:
         self._core = core
         self.limits = core.limits
         self._queues: dict[str, list[_Stored]] = {}
+        self.expired = 0
+        """Messages whose time-to-live ran out (a statistic)."""
 
     def create_queue(self, queue: str) -> None:
         self._core.call("queue", "create", lambda: self._queues.setdefault(queue, []))
 
-    def send(self, queue: str, body: str, *, delay: float = 0.0) -> None:
+    def send(self, queue: str, body: str, *, delay: float = 0.0,
+             time_to_live: float | None = None) -> None:
+        """Put a message on ``queue``. ``time_to_live`` (seconds after it is sent; None or -1:
+        never) is Azure's message time-to-live, gone without trace when it runs out. The bus's
+        own messages never expire (the Azure adapter sends -1); a model of someone else's
+        send gives it (the Functions host's poison copies keep the service's 7 days)."""
+        if time_to_live is not None and time_to_live != -1 and time_to_live <= 0:
+            raise Refused(f"a message time-to-live of {time_to_live} s: give a positive "
+                          "number, or -1 for never")
+
         def put() -> None:
             check_message(body, self.limits)
             self._check_seconds("delay", delay)
+            now = self._core.hooks.now()
+            expires = None if time_to_live in (None, -1) else now + float(time_to_live)
             self._get(queue).append(
-                _Stored(self._core.tag("m"), body, self._core.hooks.now() + delay))
+                _Stored(self._core.tag("m"), body, now + delay, expires_at=expires))
 
         self._core.call("queue", "send", put, duplicate=put)
 
@@ -141,6 +155,8 @@ class MemoryQueues:
     # -- inspection for tests and the simulation (no faults, no scheduling) --------------
     def bodies(self, queue: str) -> list[str]:
         with self._core.lock:
+            if queue in self._queues:
+                self._expire(queue)
             return [m.body for m in self._queues.get(queue, [])]
 
     def names(self) -> list[str]:
@@ -148,8 +164,11 @@ class MemoryQueues:
             return sorted(self._queues)
 
     def next_visible_at(self) -> float | None:
+        """When the next message becomes visible, or expires (either changes what a receive
+        or an inspection finds)."""
         with self._core.lock:
-            times = [m.visible_at for q in self._queues.values() for m in q]
+            times = [t for q in self._queues.values() for m in q
+                     for t in (m.visible_at, m.expires_at) if t is not None]
             return min(times) if times else None
 
     def expire_lease(self, pick: Callable[[list[str]], int]) -> bool:
@@ -172,7 +191,17 @@ class MemoryQueues:
     def _get(self, queue: str) -> list[_Stored]:
         if queue not in self._queues:
             raise Missing(f"queue {queue!r} does not exist")
+        self._expire(queue)
         return self._queues[queue]
+
+    def _expire(self, queue: str) -> None:
+        """Drop the messages of ``queue`` whose time-to-live has run out."""
+        now = self._core.hooks.now()
+        stored = self._queues[queue]
+        kept = [m for m in stored if m.expires_at is None or m.expires_at > now]
+        if len(kept) != len(stored):
+            self.expired += len(stored) - len(kept)
+            stored[:] = kept
 
     def _leased(self, queue: str, message: QueueMessage) -> _Stored:
         for stored in self._get(queue):
