@@ -42,6 +42,7 @@ from datetime import datetime, timezone
 
 from bus.envelope import BadSignal, Envelope, carried_deliveries, decode_signal, split_bundle
 from bus.errors import Contention, UnreadableVersion
+from bus.ids import random_id
 from bus.naming import Names
 from bus.protocol.inbox import Inbox, TokenState
 from bus.protocol.payloads import Payloads
@@ -80,7 +81,8 @@ class DeadLetters:
     """The poison queue of one endpoint."""
 
     def __init__(self, *, endpoint: str, names: Names, queues: Queues, inbox: Inbox,
-                 payloads: Payloads, clock: Callable[[], float]) -> None:
+                 payloads: Payloads, clock: Callable[[], float],
+                 new_id: Callable[[], str] = random_id) -> None:
         self.endpoint = endpoint
         self._queue = names.queue(endpoint)
         self._poison = names.poison_queue(endpoint)
@@ -89,7 +91,7 @@ class DeadLetters:
         self._payloads = payloads
         self._clock = clock
         self._writer = PoisonQueue(queues, self._poison, endpoint, blobs=payloads.blobs,
-                                   container=payloads.container)
+                                   container=payloads.container, new_id=new_id)
 
     def adopt(self) -> int:
         """Turn what the Functions host moved here itself into entries of the bus's own (see

@@ -19,6 +19,7 @@ Every write here is an upsert or a delete, so a retried call or a re-run task is
 from __future__ import annotations
 
 import contextlib
+import random as _random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from bus.hosting.retry import transient_retries
+from bus.retry import backoff
 from bus.storage import Entity, EntityValue, NotFound, Storage, TableOp
 from bus.storage.limits import transactions, utf16_bytes
 
@@ -71,17 +73,20 @@ def container_name(prefix: str) -> str:
 
 class Staging:
     def __init__(self, storage: Storage, prefix: str,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 random: Callable[[], float] | None = None) -> None:
         self.tables = storage.tables
         self._blobs = storage.blobs
         self.table = table_name(prefix)
         self.container = container_name(prefix)
         self._sleep = sleep
+        self._random = random or _random.random
 
     def retried(self, call: Callable[..., T], *args: object, **kwargs: object) -> T:
-        """:func:`retried`, sleeping between tries with this staging's ``sleep`` (virtual
-        time in the simulation)."""
-        return transient_retries(6, sleep=self._sleep)(call, *args, **kwargs)
+        """:func:`retried`, waiting between tries by this staging's ``sleep`` and ``random``
+        (virtual time and seeded jitter in the simulation, so a run replays exactly)."""
+        wait = backoff(0.05, 2.0, self._random)
+        return transient_retries(6, wait=wait, sleep=self._sleep)(call, *args, **kwargs)
 
     def ensure(self) -> None:
         """Create the table and the container (idempotent; call on the driver)."""

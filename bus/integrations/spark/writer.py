@@ -126,7 +126,8 @@ class JobWriter:
     def __init__(self, options: WriteOptions, job: str | None = None, *,
                  sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.time,
-                 new_id: Callable[[], str] = random_id) -> None:
+                 new_id: Callable[[], str] = random_id,
+                 random: Callable[[], float] | None = None) -> None:
         options.check()
         self.options = options
         self.job = job or new_id()[:16]
@@ -135,9 +136,11 @@ class JobWriter:
         self._sleep = sleep
         self._clock = clock
         self._new_id = new_id
+        self._random = random
 
     def staging(self, storage: Storage) -> Staging:
-        return Staging(storage, self.options.connection.prefix, sleep=self._sleep)
+        return Staging(storage, self.options.connection.prefix, sleep=self._sleep,
+                       random=self._random)
 
     def prepare(self) -> None:
         """On the driver, before the tasks: the staging table and the bus's own tables and

@@ -17,14 +17,16 @@ EXERCISED = ("functions_deliveries", "functions_requeued", "host_poisoned",
              "orchestrations_started", "orchestrations_repeated", "orchestrations_never_run",
              "dead_letters_replayed", "presumed_orphans", "skewed_processes",
              "deferred_again", "early_copies_put_back", "spark_jobs", "spark_task_attempts",
-             "spark_rows_published", "spark_batches", "spark_batches_replayed")
+             "spark_rows_published", "spark_batches", "spark_batches_replayed",
+             "host_copies_expired")
 """How often each entry point beside the polling worker ran (bus.testing.simulate.functions
 and .spark: write jobs with their task attempts, the rows they published, a streaming query's
 micro-batches and the ones it ran again after a restart), how many live tokens the sweeper
 parked as presumed orphans (their messages processed all the same when their signals came),
 the worker processes whose clocks were off, the messages deferred again after a release, and
 the copies that arrived before they were due (a delay longer than the queue allows, or a
-skewed clock) and were put back until due."""
+skewed clock) and were put back until due, and the host's poison copies that expired (after
+their adoption: one that expired before would be a lost message)."""
 
 
 def main(argv: list[str] | None = None) -> int:

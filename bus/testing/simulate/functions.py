@@ -17,6 +17,7 @@ import contextlib
 from collections import Counter
 from collections.abc import Callable
 
+from bus.adapters.memory import InMemoryStorage
 from bus.bus import Bus
 from bus.hosting.functions.trigger import QueueTrigger
 from bus.protocol.delivery import Handoff, Outcome
@@ -24,6 +25,9 @@ from bus.storage import QueueMessage, StorageError
 from bus.testing.simulate.world import World
 
 SIGNAL_BATCH = 2  # copies per signal activity (the app's is 16; small here, to interleave)
+HOST_COPY_TTL = 15.0
+"""How long the host's poison copies live (the service's default of 7 days, scaled as the
+simulation's maintenance runs every second where a deployment's runs every few minutes)."""
 
 
 class FunctionsHost:
@@ -82,7 +86,10 @@ class FunctionsHost:
 
     def _poison(self, message: QueueMessage) -> None:
         self.counts["host_poisoned"] += 1
-        self.bus.storage.queues.send(self.poison, message.body)
+        storage = self.bus.storage
+        assert isinstance(storage, InMemoryStorage)
+        # The host's copy keeps the queue's default time-to-live: it expires unless adopted.
+        storage.queues.send(self.poison, message.body, time_to_live=HOST_COPY_TTL)
         self.bus.storage.queues.delete(self.queue, message)
 
 

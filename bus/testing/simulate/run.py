@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import random
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -14,6 +15,7 @@ from typing import Any
 from bus import Bus, Settings
 from bus.adapters.memory import InMemoryStorage
 from bus.envelope import Envelope
+from bus.hosting.maintenance import maintenance_pass
 from bus.hosting.worker import Worker
 from bus.protocol.delivery import Handoff, Outcome
 from bus.protocol.inbox import Token, TokenState, finished
@@ -170,6 +172,7 @@ def _outcome(seed: int, world: World, bus: Bus, *, buses: list[Bus], settled: bo
     _last_sweep(bus, world)
     result.statistics.update(counts)
     result.statistics.update(_seen_at_the_end(bus, storage, set(garbage)))
+    result.statistics["host_copies_expired"] += storage.queues.expired
     result.violations.extend(check(bus, storage, roots, garbage))
     if checkpoint is not None:
         result.violations.extend(_spark_checks(bus, storage, world, checkpoint, roots))
@@ -368,22 +371,16 @@ def _to_replay(body: str, garbage: set[str]) -> bool:
 
 def _releaser(bus: Bus, world: World, endpoint: str) -> Callable[[], None]:
     """An operator releasing whatever is deferred now and then, and the maintenance timer
-    (the sweeper: it re-sends the signals of releases that stopped half-way; the recovery of
-    records whose orchestration never ran or stopped)."""
+    (the sweeper: it re-sends the signals of releases that stopped half-way; the adoption of
+    what the host poisoned itself; the recovery of records whose orchestration never ran or
+    stopped)."""
     def release_all() -> None:
         deferred = bus.deferred(endpoint)
-        next_recovery = world.now()
         while True:
-            try:
+            with contextlib.suppress(StorageError):
                 for message in deferred.list():
                     deferred.release(message.message_id)
-                bus.sweeper().sweep()
-                if world.now() >= next_recovery:
-                    next_recovery = world.now() + STALLED_SECONDS
-                    for name in bus.topology.endpoints:
-                        bus.outbox_driver(name).recover(STALLED_SECONDS)
-            except StorageError:
-                pass
+            maintenance_pass(bus, STALLED_SECONDS)  # the Functions app's timer, every second
             world.sleep(1.0)
 
     return release_all

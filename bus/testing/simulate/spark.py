@@ -82,7 +82,8 @@ def writer(world: World, connection: SimConnection, contract: type[Message], *,
     def run() -> None:
         while True:
             counts["spark_jobs"] += 1
-            job = JobWriter(options, sleep=world.sleep, clock=world.now, new_id=world.new_id)
+            job = JobWriter(options, sleep=world.sleep, clock=world.now, new_id=world.new_id,
+                            random=world.rng.random)
             try:
                 job.prepare()
                 parts = [_task(world, job, index, rows, counts)
@@ -111,7 +112,8 @@ def reader(world: World, bus: Bus, checkpoint: Checkpoint,
     """A streaming query over ``READER``'s queue, restarted from its checkpoint after a
     crash or a failed batch."""
     def run() -> None:
-        staging = Staging(bus.storage, bus.names.prefix, sleep=world.sleep)
+        staging = Staging(bus.storage, bus.names.prefix, sleep=world.sleep,
+                          random=world.rng.random)
         drainer = Drainer(bus, staging, READER, lease_seconds=10.0, parallelism=1)
         while True:
             try:
