@@ -189,6 +189,17 @@ class Courier:
         self.inbox.fence(destination, attempt_id, message_id, self._clock())
         self.payloads.delete(self.payloads.ref(destination, attempt_id))
 
+    def fence_many(self, attempts: Sequence[tuple[str, str]], message_id: str) -> None:
+        """``fence`` for the superseded attempts ``(destination, attempt id)`` of one message:
+        the tombstones in one request per destination; their claim-check blobs are left to
+        the sweeper, which deletes a blob whose token is fenced."""
+        by_destination: dict[str, list[str]] = {}
+        for destination, attempt_id in attempts:
+            by_destination.setdefault(destination, []).append(attempt_id)
+        now = self._clock()
+        for destination, attempt_ids in by_destination.items():
+            self.inbox.fence_many(destination, attempt_ids, message_id, now)
+
 
 def due_in(envelope: Envelope, now: float, longest: float) -> float:
     """Seconds until a scheduled copy is due (0 when it is not scheduled or due already),

@@ -227,8 +227,8 @@ class Dispatcher:
         """Step 5: tombstones for the attempt ids step 1 replaced (none were signalled)."""
         if not self._safeguards.fence_superseded:
             return  # the "skip-fence-superseded" break
-        for attempt in record.superseded:
-            self._courier.fence(attempt.destination, attempt.attempt_id, record.message_id)
+        self._courier.fence_many([(a.destination, a.attempt_id) for a in record.superseded],
+                                 record.message_id)
 
     def is_finished(self, record: OutboxRecord) -> bool:
         """Whether ``record`` was finished (``inbox.finished``). One read."""

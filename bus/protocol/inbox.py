@@ -201,8 +201,23 @@ class Inbox:
 
     def fence(self, endpoint: str, attempt_id: str, message_id: str, now: float) -> None:
         """Turn a superseded attempt into a tombstone (whether or not its token exists)."""
-        self._tables.replace(self._table, self._entity(
-            Token(endpoint, attempt_id, TokenState.FENCED, message_id, now, "")))
+        self.fence_many(endpoint, [attempt_id], message_id, now)
+
+    def fence_many(self, endpoint: str, attempt_ids: Sequence[str], message_id: str,
+                   now: float) -> None:
+        """``fence`` for several attempts of one message at one endpoint, 100 per request:
+        a record whose completion was retried many times has as many superseded attempts,
+        and one request each would make finishing it ever less likely under faults."""
+        per = self._tables.limits.transaction_operations
+        unique = list(dict.fromkeys(attempt_ids))  # a transaction names each row once
+        for start in range(0, len(unique), per):
+            ops = [TableOp("replace", self._entity(
+                Token(endpoint, attempt_id, TokenState.FENCED, message_id, now, "")))
+                for attempt_id in unique[start:start + per]]
+            if len(ops) == 1:
+                self._tables.replace(self._table, ops[0].entity)
+            else:
+                self._tables.transact(self._table, ops)
 
     def park(self, token: Token, now: float, *, orphan: bool = False) -> bool:
         """Mark a live token as poisoned (``orphan``: presumed so by the sweeper); False if it
