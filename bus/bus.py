@@ -324,7 +324,8 @@ class Bus:
         """The poison queue of ``endpoint``: list, replay (exactly once), purge."""
         return DeadLetters(endpoint=self.topology.endpoint(endpoint).name, names=self.names,
                            queues=self.storage.queues, inbox=self.inbox,
-                           payloads=self.payloads, clock=self.clock, new_id=self.new_id)
+                           payloads=self.payloads, clock=self.clock, new_id=self.new_id,
+                           peek_lease=self.settings.peek_lease_seconds)
 
     def read_state(self, endpoint: str, partition: str, key: str) -> dict[str, EntityValue] | None:
         """One state row of ``endpoint``, as its handlers' last commit left it (None: no such

@@ -55,6 +55,9 @@ class Settings(BaseModel):
     max_payload_bytes: int = Field(64 * 1024 * 1024, ge=1)
     """The largest claim-check payload a send writes and a receiver reads: a larger send raises
     PayloadError, a larger blob is poisoned unread (the reader holds at most this much)."""
+    peek_lease_seconds: float = Field(60.0, gt=0)
+    """How long the dead-letter tools (and maintenance's adoption) lease the poison-queue
+    entries they read: one they stop on comes back after this long."""
     client_name: str = "client"
     """The ``source`` of messages sent from outside any handler."""
     signing: Signing = Field(default_factory=Signing)

@@ -52,7 +52,6 @@ from bus.storage import NotFound, QueueMessage, Queues
 
 HOST_REASON = "moved to the poison queue by the host after its maximum dequeue count"
 _PAGE = 32  # the most messages one receive returns
-_PEEK_LEASE = 60.0  # entries are leased this long while they are read, then released
 _ROUNDS = 5
 
 
@@ -82,7 +81,7 @@ class DeadLetters:
 
     def __init__(self, *, endpoint: str, names: Names, queues: Queues, inbox: Inbox,
                  payloads: Payloads, clock: Callable[[], float],
-                 new_id: Callable[[], str] = random_id) -> None:
+                 new_id: Callable[[], str] = random_id, peek_lease: float = 60.0) -> None:
         self.endpoint = endpoint
         self._queue = names.queue(endpoint)
         self._poison = names.poison_queue(endpoint)
@@ -90,6 +89,7 @@ class DeadLetters:
         self._inbox = inbox
         self._payloads = payloads
         self._clock = clock
+        self._peek_lease = peek_lease  # entries are leased this long while read, then released
         self._writer = PoisonQueue(queues, self._poison, endpoint, blobs=payloads.blobs,
                                    container=payloads.container, new_id=new_id)
 
@@ -101,7 +101,7 @@ class DeadLetters:
         ours: list[QueueMessage] = []
         try:
             while page := self._queues.receive(self._poison, max_messages=_PAGE,
-                                               lease=_PEEK_LEASE):
+                                               lease=self._peek_lease):
                 for message in page:
                     if self._ours(message):
                         ours.append(message)
@@ -230,7 +230,7 @@ class DeadLetters:
         self.adopt()
         messages: list[QueueMessage] = []
         while True:
-            page = self._queues.receive(self._poison, max_messages=_PAGE, lease=_PEEK_LEASE)
+            page = self._queues.receive(self._poison, max_messages=_PAGE, lease=self._peek_lease)
             if not page:
                 break
             messages.extend(page)

@@ -21,6 +21,8 @@ RUNS_PER_BREAK = {
     "split-claim-read": 300,
     # A Spark reader that stops between settling and staging, in a run with Spark.
     "settle-before-stage": 300,
+    # A client's token request landing late after its message was processed.
+    "reuse-send-ids": 300,
 }
 
 

@@ -50,7 +50,8 @@ SETTINGS = Settings(
     release_resend_seconds=2.0,
     pending_age_seconds=1.0,  # the sweeper meets records still being committed
     send_attempts=10_000,  # the client never gives up (a send that raises is not exactly-once)
-    depth_check_seconds=0.2)
+    depth_check_seconds=0.2,
+    peek_lease_seconds=2.0)  # scaled with the host copies' time-to-live (HOST_COPY_TTL)
 
 
 @dataclass
