@@ -25,10 +25,11 @@ from bus.storage import QueueMessage, StorageError
 from bus.testing.simulate.world import World
 
 SIGNAL_BATCH = 2  # copies per signal activity (the app's is 16; small here, to interleave)
-HOST_COPY_TTL = 30.0
+HOST_COPY_TTL = 120.0
 """How long the host's poison copies live: the service's default of 7 days, scaled as the
 simulation's maintenance runs every second where a deployment's runs every five minutes, and
-its dead-letter tools lease what they read for 2 seconds instead of 60."""
+its dead-letter tools lease what they read for 20 seconds instead of 60 (a shorter lease runs
+out under the simulation's stalls while an operator's replay is still reading)."""
 
 
 class FunctionsHost:

@@ -51,7 +51,7 @@ SETTINGS = Settings(
     pending_age_seconds=1.0,  # the sweeper meets records still being committed
     send_attempts=10_000,  # the client never gives up (a send that raises is not exactly-once)
     depth_check_seconds=0.2,
-    peek_lease_seconds=2.0)  # scaled with the host copies' time-to-live (HOST_COPY_TTL)
+    peek_lease_seconds=20.0)  # scaled with the host copies' time-to-live (HOST_COPY_TTL)
 
 
 @dataclass
@@ -357,17 +357,16 @@ def _in_flight(token: Token) -> bool:
 
 
 def _to_replay(body: str, garbage: set[str]) -> bool:
-    """Whether a poison-queue body is a message the operator still has to replay (anything
-    but the garbage the run injected, raw as the host moved it or in a bus entry)."""
-    if body in garbage:
-        return False
+    """Whether a poison-queue body still needs maintenance or the operator: anything the host
+    moved there itself, not adopted yet (its copy expires: the run is not over until it is),
+    and an entry of a message the operator has to replay (not the garbage the run injected)."""
     try:
         entry = PoisonEntry.decode(body)
         if _orphan_report(entry):
             return False  # a report, not a message: its token says what became of it
         return entry.original_body not in garbage
     except (ValueError, binascii.Error):
-        return True  # the host moved it: adopted, then replayed
+        return True  # the host moved it: adopted (then replayed, unless garbage)
 
 
 def _releaser(bus: Bus, world: World, endpoint: str) -> Callable[[], None]:
