@@ -275,7 +275,8 @@ class Bus:
         """Step-by-step dispatch of ``endpoint``'s committed records (Durable activities,
         maintenance)."""
         outbox, dispatcher = self._outbox(self.topology.endpoint(endpoint).name)
-        return OutboxDriver(outbox=outbox, dispatcher=dispatcher, clock=self.clock)
+        return OutboxDriver(outbox=outbox, dispatcher=dispatcher, clock=self.clock,
+                            safeguards=self.safeguards)
 
     def _outbox(self, endpoint: str) -> tuple[Outbox, Dispatcher]:
         outbox = Outbox(self.storage.tables, self.names.state_table(endpoint))

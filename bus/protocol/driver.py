@@ -19,18 +19,21 @@ from bus.errors import Contention
 from bus.protocol.dispatch import Dispatcher
 from bus.protocol.outbox import ClaimLost, Outbox, Slot
 from bus.protocol.records import Phase, RecordKey
+from bus.protocol.safeguards import Safeguards
 
 log = logging.getLogger(__name__)
 
+ALL_ON = Safeguards()
 _ROUNDS = 10
 
 
 class OutboxDriver:
     def __init__(self, *, outbox: Outbox, dispatcher: Dispatcher,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], safeguards: Safeguards = ALL_ON) -> None:
         self._outbox = outbox
         self._dispatcher = dispatcher
         self._clock = clock
+        self._safeguards = safeguards
 
     def prepare(self, key: RecordKey) -> int | None:
         """Place every token; returns how many copies to signal, None when already finished."""
@@ -107,6 +110,8 @@ class OutboxDriver:
 
     def _load(self, key: RecordKey) -> Slot | None:
         slot = self._outbox.load(key.partition)
+        if not self._safeguards.own_record_steps and slot.record is not None:  # a break
+            return slot if slot.record.message_id == key.message_id else None
         if slot.record is None or not key.names(slot.record):
             return None
         return slot

@@ -47,6 +47,10 @@ class Safeguards:
     process_presumed_orphans: bool = True
     """A copy whose token the sweeper parked as a presumed orphan (no signal within
     ``orphan_age``) is processed when it comes after all."""
+    own_record_steps: bool = True
+    """An orchestration's step acts only on the record it was started for (message id,
+    incoming attempt id, generation), never on a later record of the same message id that
+    the slot holds now (a released deferral processed again)."""
     stage_before_settle: bool = True
     """The Spark reader stages the messages it takes before it consumes their tokens and
     deletes their queue messages, so a batch that stops in between loses nothing."""
@@ -87,6 +91,8 @@ BREAKS: dict[str, tuple[Safeguards, str]] = {
     "drop-presumed-orphans": (Safeguards(process_presumed_orphans=False),
                               "a copy arriving after its token was parked as a presumed orphan "
                               "is dropped"),
+    "steps-by-message-id": (Safeguards(own_record_steps=False),
+                            "an orchestration step finds its record by message id alone"),
     "settle-before-stage": (Safeguards(stage_before_settle=False),
                             "the Spark reader settles what it takes before staging it"),
 }

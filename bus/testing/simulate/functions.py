@@ -16,6 +16,7 @@ import binascii
 import contextlib
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from bus.adapters.memory import InMemoryStorage
 from bus.bus import Bus
@@ -35,7 +36,7 @@ out under the simulation's stalls while an operator's replay is still reading)."
 class FunctionsHost:
     """One instance of the Functions host for one endpoint's queue trigger."""
 
-    def __init__(self, bus: Bus, world: World, endpoint: str, handoffs: list[Handoff],
+    def __init__(self, bus: Bus, world: World, endpoint: str, handoffs: list[Job],
                  counts: Counter[str]) -> None:
         self.bus = bus
         self.world = world
@@ -88,6 +89,7 @@ class FunctionsHost:
 
     def _poison(self, message: QueueMessage) -> None:
         self.counts["host_poisoned"] += 1
+        self.counts["expiring_host_copies"] += 1
         storage = self.bus.storage
         assert isinstance(storage, InMemoryStorage)
         # The host's copy keeps the queue's default time-to-live: it expires unless adopted.
@@ -95,7 +97,7 @@ class FunctionsHost:
         self.bus.storage.queues.delete(self.queue, message)
 
 
-def orchestrator(bus: Bus, world: World, handoffs: list[Handoff],
+def orchestrator(bus: Bus, world: World, handoffs: list[Job],
                  counts: Counter[str]) -> Callable[[], None]:
     """The outbox orchestrations, one at a time, in any order: each step at least once."""
     def run() -> None:
@@ -103,20 +105,45 @@ def orchestrator(bus: Bus, world: World, handoffs: list[Handoff],
             if not handoffs:
                 world.sleep(0.5)
                 continue
-            handoff = handoffs.pop(world.rng.randrange(len(handoffs)))
-            if world.rng.random() < 0.1:
+            job = handoffs.pop(world.rng.randrange(len(handoffs)))
+            if isinstance(job, LateFinish) and job.at > world.now():
+                handoffs.append(job)
+                world.sleep(0.1)
+                continue
+            handoff = job.handoff if isinstance(job, LateFinish) else job
+            only_finish = isinstance(job, LateFinish)
+            if not only_finish and world.rng.random() < 0.1:
                 counts["orchestrations_never_run"] += 1  # maintenance finishes the record
                 continue
             try:
-                _orchestrate(bus, world, handoff)
+                if only_finish:
+                    bus.outbox_driver(handoff.endpoint).finish(handoff.key)
+                else:
+                    _orchestrate(bus, world, handoff)
             except StorageError:
-                handoffs.append(handoff)  # the activity is retried
+                handoffs.append(job)  # the activity is retried
                 continue
             if world.rng.random() < 0.2:
                 counts["orchestrations_repeated"] += 1
-                handoffs.append(handoff)  # a replay, or start_new of a finished instance
+                # A replay, or start_new of a finished instance - or the finish activity
+                # alone, retried late (its result lost), as Durable retries activities.
+                late = LateFinish(handoff, world.now() + world.rng.uniform(0.0, 5.0))
+                handoffs.append(late if world.rng.random() < 0.7 else handoff)
 
     return run
+
+
+@dataclass(frozen=True)
+class LateFinish:
+    """The ``finish`` activity of an orchestration, run again on its own, not before ``at``
+    (a retry after its first result was lost)."""
+
+    handoff: Handoff
+    at: float
+
+
+Job = Handoff | LateFinish
+"""What the orchestrator actor has to run: an orchestration, or one finish again."""
 
 
 def _orchestrate(bus: Bus, world: World, handoff: Handoff) -> None:

@@ -17,7 +17,7 @@ from bus.adapters.memory import InMemoryStorage
 from bus.envelope import Envelope
 from bus.hosting.maintenance import maintenance_pass
 from bus.hosting.worker import Worker
-from bus.protocol.delivery import Handoff, Outcome
+from bus.protocol.delivery import Outcome
 from bus.protocol.inbox import Token, TokenState, finished
 from bus.protocol.outbox import Outbox
 from bus.protocol.poison import PoisonEntry
@@ -28,7 +28,7 @@ from bus.storage import StorageError
 from bus.storage.limits import AZURE, StorageLimits
 from bus.testing.seamed import seamed_bus
 from bus.testing.simulate import spark
-from bus.testing.simulate.functions import FunctionsHost, operator, orchestrator
+from bus.testing.simulate.functions import FunctionsHost, Job, operator, orchestrator
 from bus.testing.simulate.workload import EXPECTED, LARGE, Happened, Knobs, Start, build
 from bus.testing.simulate.world import Actor, FaultProfile, Gate, World
 
@@ -109,7 +109,7 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
     clients = [Actor(f"client#{index}", _client(bus, world, client_roots[index::senders],
                                                 garbage if index == 0 else [], once),
                      crashable=once) for index in range(senders)]
-    handoffs: list[Handoff] = []
+    handoffs: list[Job] = []
     counts: Counter[str] = Counter()
     checkpoint = spark.Checkpoint()
     if with_spark:
@@ -129,7 +129,8 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
                                   handoffs=handoffs, counts=counts))
     world.spawn(Actor("orchestrator", orchestrator(bus, world, handoffs, counts)))
     world.spawn(Actor("operator", operator(bus, world, list(bus.topology.endpoints),
-                                           {t for _, t in EXPECTED} | {"Start"}, counts)))
+                                           {t for _, t in EXPECTED} | {"Start", "Noted"},
+                                           counts)))
 
     # Maintenance runs in every run: it collects pending tokens of handler runs that never
     # committed while workers are still committing theirs, releases deferrals and finishes
@@ -156,12 +157,12 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
     world.stop()
     return _outcome(seed, world, bus, buses=buses, settled=settled, roots=len(roots),
                     garbage=[body for body, _ in garbage], counts=counts,
-                    checkpoint=checkpoint if with_spark else None)
+                    checkpoint=checkpoint if with_spark else None, noted=knobs.noted)
 
 
 def _outcome(seed: int, world: World, bus: Bus, *, buses: list[Bus], settled: bool, roots: int,
-             garbage: list[str], counts: Counter[str],
-             checkpoint: spark.Checkpoint | None) -> RunResult:
+             garbage: list[str], counts: Counter[str], checkpoint: spark.Checkpoint | None,
+             noted: bool) -> RunResult:
     """The run's result: what it exercised and, once it quiesced, what it violated."""
     storage = bus.storage
     assert isinstance(storage, InMemoryStorage)
@@ -173,15 +174,15 @@ def _outcome(seed: int, world: World, bus: Bus, *, buses: list[Bus], settled: bo
     _last_sweep(bus, world)
     result.statistics.update(counts)
     result.statistics.update(_seen_at_the_end(bus, storage, set(garbage)))
-    result.statistics["host_copies_expired"] += storage.queues.expired
-    result.violations.extend(check(bus, storage, roots, garbage))
+    result.statistics["expired_messages"] += storage.queues.expired
+    result.violations.extend(check(bus, storage, roots, garbage, noted))
     if checkpoint is not None:
         result.violations.extend(_spark_checks(bus, storage, world, checkpoint, roots))
     return result
 
 
 def _instance(bus: Bus, world: World, endpoint: str, index: int, *, functions: bool,
-              handoffs: list[Handoff], counts: Counter[str]) -> Actor:
+              handoffs: list[Job], counts: Counter[str]) -> Actor:
     """One instance of ``endpoint``: a Functions host or a polling worker."""
     if functions:
         host = FunctionsHost(bus, world, endpoint, handoffs, counts)
@@ -257,7 +258,8 @@ def _knobs(seed: int, rng: random.Random, profile: FaultProfile) -> Knobs:
                  immediate=rng.randint(1, 3), retry_after=profile.handler_failure / 2,
                  scheduled=rng.choice((0.0, 0.3, 1.0)), bounded=rng.choice((None, 1, 2)),
                  defer=rng.choice((0.0, 0.5, 1.0)), declared_reads=rng.random() < 0.5,
-                 deferrals=random.Random(seed ^ 0xDEF).choice((1, 2)))  # again in half
+                 deferrals=random.Random(seed ^ 0xDEF).choice((1, 2)),  # again in half
+                 noted=random.Random(seed ^ 0x707).random() < 0.5)  # c sends on every run
 
 
 def _settings(seed: int, layout: random.Random) -> Settings:
@@ -400,12 +402,13 @@ def _garbage(bus: Bus, world: World, count: int) -> list[tuple[str, Envelope | N
 
 
 # -- invariants ---------------------------------------------------------------------------------
-def check(bus: Bus, storage: InMemoryStorage, roots: int, garbage: list[str]) -> list[str]:
-    return [*_effects(bus, storage, roots), *_left_behind(bus, storage),
+def check(bus: Bus, storage: InMemoryStorage, roots: int, garbage: list[str],
+          noted: bool = False) -> list[str]:
+    return [*_effects(bus, storage, roots, noted), *_left_behind(bus, storage),
             *_poison(bus, storage, garbage)]
 
 
-def _effects(bus: Bus, storage: InMemoryStorage, roots: int) -> list[str]:
+def _effects(bus: Bus, storage: InMemoryStorage, roots: int, noted: bool) -> list[str]:
     """Every message's effect applied exactly once; counters agree (no lost updates)."""
     violations: list[str] = []
     applied: Counter[tuple[str, int, str]] = Counter()
@@ -428,7 +431,10 @@ def _effects(bus: Bus, storage: InMemoryStorage, roots: int) -> list[str]:
                 violations.append(f"{endpoint}/{partition}: counter {counters.get(partition)} "
                                   f"but {effects} effects (lost update)")
     for root in range(roots):
-        for endpoint, message_type in EXPECTED:
+        # With Noted, one per run of c's handler: each deferral's and the last one's.
+        runs = len({g for (e, r, g) in deferrals if (e, r) == ("c", root)}) + 1
+        for endpoint, message_type in (*EXPECTED, *(
+                ("e", f"Noted{generation}") for generation in range(runs if noted else 0))):
             n = applied.pop((endpoint, root, message_type), 0)
             if n != 1:
                 what = "lost" if n == 0 else f"applied {n} times"

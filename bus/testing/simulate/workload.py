@@ -2,6 +2,8 @@
 
     client --Start--> a --Step--> b ==Happened==> c  (may defer it; e or a releaser
                                                => d --Finish--> e  releases it)
+                                          c --Noted--> e  (on every run of c's handler,
+                                                           deferring ones too, in some runs)
 
 Every handler records its effect as a row with a unique key (so applying an effect twice leaves
 two rows, even if the two commits raced) and bumps a per-partition counter with a
@@ -42,6 +44,15 @@ class Finish(Command):
     root: int
 
 
+class Noted(Command):
+    """What ``c`` sends on every run of its handler: each run's record, deferring ones too,
+    has an outgoing message, so one message id (the event's) comes back to ``c``'s slot with
+    records to dispatch, by an orchestration when they are handed off."""
+
+    root: int
+    generation: int
+
+
 @dataclass(frozen=True)
 class Knobs:
     partitions: int
@@ -53,6 +64,7 @@ class Knobs:
     defer: float = 0.0  # chance that c defers a Happened (released by e, or by a releaser)
     deferrals: int = 1  # how many times c may defer one Happened (again after a release)
     declared_reads: bool = False  # handlers declare the counter row (read with the claim)
+    noted: bool = False  # c sends Noted to e on every run of its handler
 
 
 def build(knobs: Knobs, roll: Callable[[], float], new_id: Callable[[], str]) -> list[Endpoint]:
@@ -61,20 +73,20 @@ def build(knobs: Knobs, roll: Callable[[], float], new_id: Callable[[], str]) ->
                                 max_queue_depth=knobs.bounded if name in "be" else None)
                  for name in ENDPOINTS}
 
-    def partition(message: Start | Step | Happened | Finish) -> str:
+    def partition(message: Start | Step | Happened | Finish | Noted) -> str:
         return f"p{message.root % knobs.partitions}"
 
     reads = (lambda message: ["counter"]) if knobs.declared_reads else None
 
-    def effect(ctx: Context, message: Message, root: int) -> None:
+    def effect(ctx: Context, message: Message, root: int, kind: str | None = None) -> None:
         if roll() < knobs.handler_failure:
             raise RuntimeError("injected handler failure")
         if roll() < knobs.retry_after:
             raise RetryAfter(roll(), "injected: try later")
         if roll() < knobs.retry_after:
             raise Abandon("injected: abandoned")
-        ctx.state.put(f"fx.{root}.{message.message_type}.{new_id()}",
-                      {"root": root, "type": message.message_type})
+        kind = kind or message.message_type
+        ctx.state.put(f"fx.{root}.{kind}.{new_id()}", {"root": root, "type": kind})
         counter = ctx.state.get("counter") or {"n": 0}
         n = counter["n"]
         assert isinstance(n, int)
@@ -96,6 +108,8 @@ def build(knobs: Knobs, roll: Callable[[], float], new_id: Callable[[], str]) ->
 
     @endpoints["c"].handles(Happened, partition=partition, reads=reads)
     def on_happened_c(message: Happened, ctx: Context) -> None:
+        if knobs.noted:  # the same message id each run: the event's, position 0
+            ctx.send(Noted(root=message.root, generation=ctx.deferrals))
         if ctx.deferrals < knobs.deferrals and roll() < knobs.defer:
             # Deferral commits with state: a unique row, so a deferral applied twice shows.
             ctx.state.put(f"wait.{message.root}.{new_id()}",
@@ -111,6 +125,11 @@ def build(knobs: Knobs, roll: Callable[[], float], new_id: Callable[[], str]) ->
         # tests/test_scheduling.py: idle workers poll every 0.5 virtual s, too many steps here.)
         delay = roll() * 3.0 if roll() < knobs.scheduled else 0.0
         ctx.send(Finish(root=message.root), delay=delay, headers={"happened": ctx.message_id})
+
+    @endpoints["e"].handles(Noted, partition=partition, reads=reads)
+    def on_noted(message: Noted, ctx: Context) -> None:
+        # One effect per run of c's handler: its type names the run's generation.
+        effect(ctx, message, message.root, f"Noted{message.generation}")
 
     @endpoints["e"].handles(Finish, partition=partition, reads=reads)
     def on_finish(message: Finish, ctx: Context) -> None:
