@@ -1,8 +1,9 @@
 """The Spark integration's side in the simulation: a write job and a streaming read, run by
 the real ``JobWriter``, ``Drainer`` and ``StreamConsumer`` over the simulated store.
 
-Spark itself does not run here; what it would do around those classes does, as its sources
-describe it (``bus.integrations.spark.compat`` and ``source`` call the same methods):
+Spark itself does not run here; what it does around those classes does, in the order the
+integration's own modules describe (``bus.integrations.spark.stream``, ``compat``, ``source``,
+which call the same methods; ``tests/spark`` runs them under a real local Spark):
 
 * a write job stages every partition in a task, a task may run again (a retry after a failure,
   a speculative copy) and Spark keeps one attempt's report per partition; the driver then
