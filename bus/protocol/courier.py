@@ -51,26 +51,30 @@ class Courier:
         Token first: a payload blob then always has a token, or had one, which is what lets
         the sweeper delete a blob whose token is gone.
         """
-        self._check_payloads([envelope])
+        [checked] = self._claim_checks([envelope])
         with self._in_flight:
             if not self._token_first:
-                self._put_payload(envelope)
+                self._put_payload(envelope, checked)
             self.inbox.create(envelope.destination, envelope.attempt_id, envelope.message_id,
                               self._clock(), _due(envelope))
             if self._token_first:
-                self._put_payload(envelope)
+                self._put_payload(envelope, checked)
 
-    def _check_payloads(self, envelopes: Sequence[Envelope]) -> None:
-        """PayloadError before anything is written when a claim-check payload is over the
-        limit its receiver reads (``Payloads.max_bytes``)."""
-        for envelope in envelopes:
-            if not fits_signal(envelope, self._capacity):
-                self.payloads.check_size(len(envelope.inline_payload()))
+    def _claim_checks(self, envelopes: Sequence[Envelope]) -> list[bytes | None]:
+        """Each copy's claim-check payload (None: it fits its signal), decided once; a
+        PayloadError before anything is written when one is over the limit its receiver
+        reads (``Payloads.max_bytes``)."""
+        payloads = [None if fits_signal(e, self._capacity) else e.inline_payload()
+                    for e in envelopes]
+        for data in payloads:
+            if data is not None:
+                self.payloads.check_size(len(data))
+        return payloads
 
-    def _put_payload(self, envelope: Envelope) -> None:
-        if not fits_signal(envelope, self._capacity):
+    def _put_payload(self, envelope: Envelope, data: bytes | None) -> None:
+        if data is not None:
             self.payloads.put(self.payloads.ref(envelope.destination, envelope.attempt_id),
-                              envelope.inline_payload())
+                              data)
 
     def place_many(self, envelopes: Sequence[Envelope],
                    origins: Sequence[Origin] | None = None) -> list[str]:
@@ -83,11 +87,11 @@ class Courier:
             by_destination.setdefault(envelope.destination, []).append(index)
         now = self._clock()
         etags = [""] * len(envelopes)
-        self._check_payloads(envelopes)
+        checked = self._claim_checks(envelopes)
         with self._in_flight:
             if not self._token_first:
-                for envelope in envelopes:
-                    self._put_payload(envelope)
+                for envelope, data in zip(envelopes, checked, strict=True):
+                    self._put_payload(envelope, data)
             for destination, indexes in by_destination.items():
                 created = self.inbox.create_many(
                     destination,
@@ -97,8 +101,8 @@ class Courier:
                 for index, etag in zip(indexes, created, strict=True):
                     etags[index] = etag
             if self._token_first:
-                for envelope in envelopes:
-                    self._put_payload(envelope)
+                for envelope, data in zip(envelopes, checked, strict=True):
+                    self._put_payload(envelope, data)
         return etags
 
     def check_room(self, destination: str) -> None:
