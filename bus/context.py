@@ -128,7 +128,7 @@ class Context:
     """How many times this message was deferred and released before this delivery."""
     deferred: bool = False
     """Whether the handler called ``defer``."""
-    releases: list[tuple[str, str]] = field(default_factory=list)
+    releases: list[tuple[str, str, int | None]] = field(default_factory=list)
     """``(endpoint, message id)`` of the deferred messages the handler released."""
 
     @property
@@ -180,11 +180,17 @@ class Context:
         ``message_id`` in your state to find it again. See ``bus.protocol.deferral``."""
         self.deferred = True
 
-    def release_deferred(self, message_id: str, *, endpoint: str | None = None) -> None:
+    def release_deferred(self, message_id: str, *, endpoint: str | None = None,
+                         deferrals: int | None = None) -> None:
         """Release a message deferred at ``endpoint`` (this one by default) once this handler
         commits; it is then delivered to its handler again. Releasing a message that is not
-        deferred does nothing."""
-        self.releases.append((endpoint or self.endpoint, message_id))
+        deferred does nothing.
+
+        The request is for one deferral: the ``deferrals``-th (the deferring handler's
+        ``ctx.deferrals``, if you recorded it), by default the one the message is in as this
+        handler runs. Once the message is released and deferred again, the request does
+        nothing, however often it is repeated."""
+        self.releases.append((endpoint or self.endpoint, message_id, deferrals))
 
     @property
     def outgoing(self) -> tuple[Envelope, ...]:

@@ -57,3 +57,23 @@ def test_a_repeated_release_does_not_release_the_next_deferral(storage: Storage,
     assert bus.deferred("orders").release("ship-1")  # the operator's release
     drain(bus)
     assert runs == [0, 1, 2]
+
+
+def test_an_operator_release_can_name_the_deferral_it_saw(storage: Storage,
+                                                          prefix: str) -> None:
+    bus, runs = build(storage, prefix)
+    bus.send(Ship(order_id="o1"), message_id="ship-1")
+    drain(bus)
+    [seen] = bus.deferred("orders").list()
+    assert seen.deferrals == 0
+    bus.send(Pay(order_id="o1", ship_id="ship-1"))  # released and deferred again meanwhile
+    drain(bus)
+    assert runs == [0, 1]
+    assert not bus.deferred("orders").release("ship-1", deferrals=seen.deferrals)
+    drain(bus)
+    assert runs == [0, 1]  # the deferral the operator looked at is gone; this one stays
+    [now] = bus.deferred("orders").list()
+    assert now.deferrals == 1
+    assert bus.deferred("orders").release("ship-1", deferrals=now.deferrals)
+    drain(bus)
+    assert runs == [0, 1, 2]

@@ -83,10 +83,14 @@ class Deferrals:
             return None
         return _deferred(token)
 
-    def release(self, message_id: str) -> bool:
+    def release(self, message_id: str, *, deferrals: int | None = None) -> bool:
         """Make the message processable again and send its signal. False when it is not
-        deferred (never was, processed since, or in the poison queue)."""
-        return release(self._courier, self.endpoint, message_id)
+        deferred (never was, processed since, or in the poison queue).
+
+        ``deferrals``: release it only if it is still the deferral you looked at (its
+        ``DeferredMessage.deferrals``), not one made since it was released and deferred again.
+        """
+        return release(self._courier, self.endpoint, message_id, deferrals)
 
 
 def release(courier: Courier, endpoint: str, message_id: str,

@@ -220,8 +220,10 @@ class Dispatcher:
 
     def release_requested(self, record: OutboxRecord) -> None:
         """The deferred messages the handler released (idempotent: safe to repeat)."""
+        named = self._safeguards.release_seen_deferral  # off: the "release-any-deferral" break
         for wanted in record.releases:
-            release(self._courier, wanted.endpoint, wanted.message_id, wanted.generation)
+            release(self._courier, wanted.endpoint, wanted.message_id,
+                    wanted.generation if named else None)
 
     def fence_superseded(self, record: OutboxRecord) -> None:
         """Step 5: tombstones for the attempt ids step 1 replaced (none were signalled)."""

@@ -87,9 +87,11 @@ class Handling:
             return None
 
     def _releases(self, ctx: Context) -> tuple[Release, ...]:
-        """The handler's release requests, each naming the deferral it is for."""
-        return tuple(Release(endpoint=e, message_id=m, generation=seen(self._inbox, e, m))
-                     for e, m in ctx.releases)
+        """The handler's release requests, each naming the deferral it is for: the one the
+        handler named, or the one the message is in now."""
+        return tuple(Release(endpoint=e, message_id=m,
+                             generation=seen(self._inbox, e, m) if g is None else g)
+                     for e, m, g in ctx.releases)
 
     def _attempts(self, admitted: Admitted, slot: Slot, dequeue_count: int,
                   generation: int) -> tuple[list[TableOp], Context]:

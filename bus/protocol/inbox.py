@@ -306,17 +306,23 @@ class Inbox:
             self._tables.delete(self._table, token.endpoint, token.attempt_id, etag=token.etag)
 
 
-def finished(record: OutboxRecord, token: Token | None) -> bool:
+def finished(record: OutboxRecord, token: Token | None, *, parked_ends: bool = False) -> bool:
     """Whether an outbox record's work is done, given its incoming token (None: gone).
 
     A record is finished once its incoming token is consumed - or, for a record that deferred
-    its message, once the token was set aside (or released since: a later generation).
+    its message, once the token was set aside (or released since: a later generation). A
+    parked token does not finish a deferring record: the message's effect is committed and
+    the deferral still to apply (setting the token aside makes the poison entry stale), just
+    as a parked token of any other committed record is still to consume. (``parked_ends``:
+    the "parked-ends-deferral" break.)
     """
     if token is None:
         return True
     if record.deferred_signal is None:
         return False
-    return not token.processable or token.generation != record.generation
+    ended = (TokenState.DEFERRED, TokenState.FENCED, *((TokenState.PARKED,) if parked_ends else ()))
+    return token.generation != record.generation or (
+        token.state in ended and not (token.state is TokenState.PARKED and token.orphan))
 
 
 def _token(row: Entity) -> Token:

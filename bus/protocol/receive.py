@@ -359,11 +359,11 @@ class Receiver:
         """Whether the receiver sends the record's copies itself (else an orchestration)."""
         return inline_max is None or len(record.outgoing) <= inline_max
 
-    @staticmethod
-    def _unfinished(slot: Slot, tokens: dict[str, Token]) -> bool:
+    def _unfinished(self, slot: Slot, tokens: dict[str, Token]) -> bool:
         """Whether the slot holds a record whose work is not done (read with its token)."""
         return slot.record is not None and not finished(
-            slot.record, tokens.get(slot.record.attempt_id))
+            slot.record, tokens.get(slot.record.attempt_id),
+            parked_ends=not self._safeguards.apply_parked_deferral)
 
     def _check_token(self, d: Admitted, token: Token | None) -> Outcome | None:
         """None when the copy may be processed; otherwise why not."""

@@ -51,6 +51,13 @@ class Safeguards:
     """An orchestration's step acts only on the record it was started for (message id,
     incoming attempt id, generation), never on a later record of the same message id that
     the slot holds now (a released deferral processed again)."""
+    release_seen_deferral: bool = True
+    """A handler's release request releases only the deferral its handler saw (the token's
+    generation then), never a later deferral of the same message."""
+    apply_parked_deferral: bool = True
+    """A claim completes a deferring record whose incoming token was parked meanwhile (the
+    host gave up on the message after its commit and maintenance adopted the host's copy): the
+    deferral is still to apply, so the record is not finished."""
     stage_before_settle: bool = True
     """The Spark reader stages the messages it takes before it consumes their tokens and
     deletes their queue messages, so a batch that stops in between loses nothing."""
@@ -93,6 +100,12 @@ BREAKS: dict[str, tuple[Safeguards, str]] = {
                               "is dropped"),
     "steps-by-message-id": (Safeguards(own_record_steps=False),
                             "an orchestration step finds its record by message id alone"),
+    "release-any-deferral": (Safeguards(release_seen_deferral=False),
+                             "a handler's release request releases whatever deferral the "
+                             "message has now"),
+    "parked-ends-deferral": (Safeguards(apply_parked_deferral=False),
+                             "a claim commits over a deferring record whose token was parked "
+                             "after its commit, as if it were finished"),
     "settle-before-stage": (Safeguards(stage_before_settle=False),
                             "the Spark reader settles what it takes before staging it"),
 }

@@ -24,8 +24,11 @@ RUNS_PER_BREAK = {
     # A client's token request landing late after its message was processed.
     "reuse-send-ids": 300,
     # A late finish of one deferral's orchestration acting on the message's next record
-    # before that record's signals are sent (first failing seed 187).
+    # before that record's signals are sent (first failing seed 59).
     "steps-by-message-id": 300,
+    # A deferring record whose token maintenance parked (the host gave up on the message
+    # after its commit) overwritten by the partition's next claim (first failing seed 187).
+    "parked-ends-deferral": 300,
 }
 
 

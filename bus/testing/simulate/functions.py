@@ -99,7 +99,10 @@ class FunctionsHost:
 
 def orchestrator(bus: Bus, world: World, handoffs: list[Job],
                  counts: Counter[str]) -> Callable[[], None]:
-    """The outbox orchestrations, one at a time, in any order: each step at least once."""
+    """The outbox orchestrations, their activities interleaved in any order, as Durable runs
+    many instances at once: each step at least once, some repeated, some never started."""
+    done: dict[tuple[str, str, str], Handoff] = {}  # the last orchestrated record per message
+
     def run() -> None:
         while True:
             if not handoffs:
@@ -110,27 +113,41 @@ def orchestrator(bus: Bus, world: World, handoffs: list[Job],
                 handoffs.append(job)
                 world.sleep(0.1)
                 continue
-            handoff = job.handoff if isinstance(job, LateFinish) else job
-            only_finish = isinstance(job, LateFinish)
-            if not only_finish and world.rng.random() < 0.1:
-                counts["orchestrations_never_run"] += 1  # maintenance finishes the record
-                continue
+            if isinstance(job, Handoff):
+                late = _late_for_predecessor(job, done, world)
+                done[_message(job)] = job
+                if late is not None:  # it runs first; the orchestration after it
+                    counts["orchestrations_repeated"] += 1
+                    handoffs.append(job)
+                    job = late
+                elif world.rng.random() < 0.1:
+                    counts["orchestrations_never_run"] += 1  # maintenance finishes the record
+                    continue
             try:
-                if only_finish:
-                    bus.outbox_driver(handoff.endpoint).finish(handoff.key)
-                else:
-                    _orchestrate(bus, world, handoff)
+                after = _step(bus, world, job)
             except StorageError:
                 handoffs.append(job)  # the activity is retried
                 continue
-            if world.rng.random() < 0.2:
+            if after is not None:
+                handoffs.append(after)
+            elif not isinstance(job, LateFinish) and world.rng.random() < 0.2:
                 counts["orchestrations_repeated"] += 1
                 # A replay, or start_new of a finished instance - or the finish activity
                 # alone, retried late (its result lost), as Durable retries activities.
-                late = LateFinish(handoff, world.now() + world.rng.uniform(0.0, 5.0))
-                handoffs.append(late if world.rng.random() < 0.7 else handoff)
+                late = LateFinish(job.handoff if isinstance(job, Running) else job,
+                                  world.now() + world.rng.uniform(0.0, 5.0))
+                handoffs.append(late if world.rng.random() < 0.7 else late.handoff)
 
     return run
+
+
+@dataclass(frozen=True)
+class Running:
+    """An orchestration past its ``prepare`` activity: ``sent`` of ``copies`` signalled."""
+
+    handoff: Handoff
+    copies: int
+    sent: int = 0
 
 
 @dataclass(frozen=True)
@@ -142,20 +159,45 @@ class LateFinish:
     at: float
 
 
-Job = Handoff | LateFinish
-"""What the orchestrator actor has to run: an orchestration, or one finish again."""
+Job = Handoff | Running | LateFinish
+"""What the orchestrator actor has to run: an orchestration's next activity, or one finish
+again."""
 
 
-def _orchestrate(bus: Bus, world: World, handoff: Handoff) -> None:
+def _late_for_predecessor(handoff: Handoff, done: dict[tuple[str, str, str], Handoff],
+                          world: World) -> LateFinish | None:
+    """Sometimes, when a later record of a message is handed off, the finish activity of the
+    message's previous orchestration, retried late, runs before the new orchestration's
+    first step: when a step that finds its record by message id alone would finish the new
+    record without its signals (``steps-by-message-id``)."""
+    before = done.get(_message(handoff))
+    if before is None or before.key == handoff.key or world.rng.random() >= 0.5:
+        return None
+    return LateFinish(before, world.now())
+
+
+def _message(handoff: Handoff) -> tuple[str, str, str]:
+    return handoff.endpoint, handoff.key.partition, handoff.key.message_id
+
+
+def _step(bus: Bus, world: World, job: Job) -> Job | None:
+    """Run one activity of ``job``; returns what is left of it (None: it is over)."""
+    if isinstance(job, LateFinish):
+        bus.outbox_driver(job.handoff.endpoint).finish(job.handoff.key)
+        return None
+    handoff = job.handoff if isinstance(job, Running) else job
     driver = bus.outbox_driver(handoff.endpoint)
-    copies = driver.prepare(handoff.key)
-    if world.rng.random() < 0.2:
-        copies = driver.prepare(handoff.key)  # an activity that ran twice
-    if copies is None:
-        return
-    for start in range(0, copies, SIGNAL_BATCH):
-        driver.signal(handoff.key, list(range(start, min(start + SIGNAL_BATCH, copies))))
+    if isinstance(job, Handoff):
+        copies = driver.prepare(handoff.key)
+        if world.rng.random() < 0.2:
+            copies = driver.prepare(handoff.key)  # an activity that ran twice
+        return None if copies is None else Running(handoff, copies)
+    if job.sent < job.copies:
+        end = min(job.sent + SIGNAL_BATCH, job.copies)
+        driver.signal(handoff.key, list(range(job.sent, end)))
+        return Running(handoff, job.copies, end)
     driver.finish(handoff.key)
+    return None
 
 
 def operator(bus: Bus, world: World, endpoints: list[str], known: set[str],

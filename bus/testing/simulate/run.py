@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import json
 import random
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -29,7 +30,7 @@ from bus.storage.limits import AZURE, StorageLimits
 from bus.testing.seamed import seamed_bus
 from bus.testing.simulate import spark
 from bus.testing.simulate.functions import FunctionsHost, Job, operator, orchestrator
-from bus.testing.simulate.workload import EXPECTED, LARGE, Happened, Knobs, Start, build
+from bus.testing.simulate.workload import EXPECTED, LARGE, Happened, Knobs, Releases, Start, build
 from bus.testing.simulate.world import Actor, FaultProfile, Gate, World
 
 MAX_STEPS = 200_000
@@ -82,13 +83,14 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
     functions_share = hosting.choice((0.0, 0.5, 1.0))  # polling workers, Functions, or both
     offsets = _clock_offsets(seed)
     with_spark = random.Random(seed ^ 0x5BA4).random() < 0.5  # a Spark job and query
+    releases = Releases(explicit=random.Random(seed ^ 0x6E4).random() < 0.75)
 
     def new_bus(offset: float = 0.0, routes: Mapping[Any, str] | None = None) -> Bus:
         seams = Seams(clock=(lambda: world.now() + offset) if offset else world.now,
                       new_id=world.new_id, sleep=world.sleep,
                       safeguards=safeguards or Safeguards(), random=world.rng.random,
                       gate=lambda: Gate(world))
-        return seamed_bus(seams, storage, build(knobs, world.rng.random, world.new_id),
+        return seamed_bus(seams, storage, build(knobs, world.rng.random, world.new_id, releases),
                           prefix="sim", settings=settings, routes=routes)
 
     bus = new_bus()
@@ -135,7 +137,7 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
     # Maintenance runs in every run: it collects pending tokens of handler runs that never
     # committed while workers are still committing theirs, releases deferrals and finishes
     # records whose orchestration never ran.
-    world.spawn(Actor("releaser", _releaser(bus, world, "c")))
+    world.spawn(Actor("releaser", _releaser(bus, world, releases)))
     garbage_bodies = {body for body, _ in garbage}
 
     receivers = [*bus.topology.endpoints, *([spark.READER] if with_spark else [])]
@@ -156,13 +158,13 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
                         storage.queues.next_visible_at, MAX_STEPS)
     world.stop()
     return _outcome(seed, world, bus, buses=buses, settled=settled, roots=len(roots),
-                    garbage=[body for body, _ in garbage], counts=counts,
+                    garbage=[body for body, _ in garbage], counts=counts, releases=releases,
                     checkpoint=checkpoint if with_spark else None, noted=knobs.noted)
 
 
 def _outcome(seed: int, world: World, bus: Bus, *, buses: list[Bus], settled: bool, roots: int,
-             garbage: list[str], counts: Counter[str], checkpoint: spark.Checkpoint | None,
-             noted: bool) -> RunResult:
+             garbage: list[str], counts: Counter[str], releases: Releases,
+             checkpoint: spark.Checkpoint | None, noted: bool) -> RunResult:
     """The run's result: what it exercised and, once it quiesced, what it violated."""
     storage = bus.storage
     assert isinstance(storage, InMemoryStorage)
@@ -176,6 +178,7 @@ def _outcome(seed: int, world: World, bus: Bus, *, buses: list[Bus], settled: bo
     result.statistics.update(_seen_at_the_end(bus, storage, set(garbage)))
     result.statistics["expired_messages"] += storage.queues.expired
     result.violations.extend(check(bus, storage, roots, garbage, noted))
+    result.violations.extend(releases.violations)
     if checkpoint is not None:
         result.violations.extend(_spark_checks(bus, storage, world, checkpoint, roots))
     return result
@@ -258,7 +261,7 @@ def _knobs(seed: int, rng: random.Random, profile: FaultProfile) -> Knobs:
                  immediate=rng.randint(1, 3), retry_after=profile.handler_failure / 2,
                  scheduled=rng.choice((0.0, 0.3, 1.0)), bounded=rng.choice((None, 1, 2)),
                  defer=rng.choice((0.0, 0.5, 1.0)), declared_reads=rng.random() < 0.5,
-                 deferrals=random.Random(seed ^ 0xDEF).choice((1, 2)),  # again in half
+                 deferrals=random.Random(seed ^ 0xDEF).choice((1, 2, 3)),  # again: 2 in 3
                  noted=random.Random(seed ^ 0x707).random() < 0.5)  # c sends on every run
 
 
@@ -371,21 +374,37 @@ def _to_replay(body: str, garbage: set[str]) -> bool:
         return True  # the host moved it: adopted (then replayed, unless garbage)
 
 
-def _releaser(bus: Bus, world: World, endpoint: str) -> Callable[[], None]:
-    """An operator releasing whatever is deferred now and then, and the maintenance timer
-    (the sweeper: it re-sends the signals of releases that stopped half-way; the adoption of
-    what the host poisoned itself; the recovery of records whose orchestration never ran or
+def _releaser(bus: Bus, world: World, releases: Releases) -> Callable[[], None]:
+    """An operator releasing what is deferred at ``c`` now and then (each release naming the
+    deferral the operator saw, as ``Releases`` records), and the maintenance timer (the
+    sweeper: it re-sends the signals of releases that stopped half-way; the adoption of what
+    the host poisoned itself; the recovery of records whose orchestration never ran or
     stopped)."""
     def release_all() -> None:
-        deferred = bus.deferred(endpoint)
+        deferred = bus.deferred("c")
         while True:
             with contextlib.suppress(StorageError):
                 for message in deferred.list():
-                    deferred.release(message.message_id)
+                    root = int(json.loads(message.envelope.payload or "{}")["root"])
+                    if (not releases.explicit and message.deferrals == 0
+                            and root not in _finished(bus)):
+                        continue  # e's to release (see Releases)
+                    releases.permitted.add((root, message.deferrals))
+                    deferred.release(message.message_id, deferrals=message.deferrals)
             maintenance_pass(bus, STALLED_SECONDS)  # the Functions app's timer, every second
             world.sleep(1.0)
 
     return release_all
+
+
+def _finished(bus: Bus) -> set[int]:
+    """The roots whose Finish ``e`` has handled (committed), read outside the simulated
+    storage's faults: the operator's view of the business."""
+    storage = bus.storage
+    assert isinstance(storage, InMemoryStorage)
+    return {int(row.properties["root"])  # type: ignore[arg-type]
+            for row in storage.tables.rows(bus.names.state_table("e"))
+            if row.row_key.startswith("fx.") and row.properties["type"] == "Finish"}
 
 
 def _garbage(bus: Bus, world: World, count: int) -> list[tuple[str, Envelope | None]]:

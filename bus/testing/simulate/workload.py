@@ -14,7 +14,7 @@ Some Start and Step messages carry a payload too large for a queue message (clai
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bus import Command, Context, Endpoint, Event
 from bus.messages import Message
@@ -67,7 +67,30 @@ class Knobs:
     noted: bool = False  # c sends Noted to e on every run of its handler
 
 
-def build(knobs: Knobs, roll: Callable[[], float], new_id: Callable[[], str]) -> list[Endpoint]:
+@dataclass
+class Releases:
+    """Who may release which of ``c``'s deferrals. Its first is ``e``'s to release (Finish's
+    handler asks for it); any one is the operator's, recorded here before it releases it. So a
+    run of ``c``'s handler after a later deferral the operator did not release shows a release
+    request that released a deferral it was not for.
+
+    With ``explicit``, ``e``'s request names the first deferral (``deferrals=0``). Without,
+    it is for the deferral ``e``'s handler sees, so the operator leaves a first deferral to
+    ``e`` until ``e`` has handled Finish: ``e`` then never sees a later one."""
+
+    explicit: bool = True
+    permitted: set[tuple[int, int]] = field(default_factory=set)
+    violations: list[str] = field(default_factory=list)
+
+    def check(self, root: int, deferrals: int) -> None:
+        """A run of ``c``'s handler after ``deferrals`` releases of the message of ``root``."""
+        if deferrals >= 2 and (root, deferrals - 1) not in self.permitted:
+            self.violations.append(f"root {root}: deferral {deferrals - 1} at c released "
+                                   "without a release asked for it")
+
+
+def build(knobs: Knobs, roll: Callable[[], float], new_id: Callable[[], str],
+          releases: Releases | None = None) -> list[Endpoint]:
     policy = RetryPolicy(immediate=knobs.immediate, backoff_initial=0.01, delays=(0.1, 0.5))
     endpoints = {name: Endpoint(name, retry=policy,
                                 max_queue_depth=knobs.bounded if name in "be" else None)
@@ -108,6 +131,8 @@ def build(knobs: Knobs, roll: Callable[[], float], new_id: Callable[[], str]) ->
 
     @endpoints["c"].handles(Happened, partition=partition, reads=reads)
     def on_happened_c(message: Happened, ctx: Context) -> None:
+        if releases is not None:
+            releases.check(message.root, ctx.deferrals)
         if knobs.noted:  # the same message id each run: the event's, position 0
             ctx.send(Noted(root=message.root, generation=ctx.deferrals))
         if ctx.deferrals < knobs.deferrals and roll() < knobs.defer:
@@ -135,6 +160,7 @@ def build(knobs: Knobs, roll: Callable[[], float], new_id: Callable[[], str]) ->
     def on_finish(message: Finish, ctx: Context) -> None:
         effect(ctx, message, message.root)
         if knobs.defer:  # c's copy of the event may be deferred (or not yet, or never)
-            ctx.release_deferred(ctx.headers["happened"], endpoint="c")
+            first = 0 if releases is None or releases.explicit else None
+            ctx.release_deferred(ctx.headers["happened"], endpoint="c", deferrals=first)
 
     return list(endpoints.values())
