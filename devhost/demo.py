@@ -127,7 +127,7 @@ class Demo:
             packed = sum(1 for row in self._rows("shipping") if row.get("packed"))
             depth = sum(self._depth(self.bus.names.queue(e))
                         for e in self.bus.topology.endpoints)
-            waiting = self._depth(work_queue_name(hub))
+            waiting = self._hub_depth(work_queue_name(hub))
             print(f"  {time.monotonic() - started:5.0f} s  billed {billed}/{len(orders)}  "
                   f"packed {packed}/{len(orders)}  messages in queues {depth}  "
                   f"orchestrations waiting {waiting}", flush=True)
@@ -147,6 +147,16 @@ class Demo:
 
     def _depth(self, queue: str) -> int:
         return int(_patiently(self.bus.storage.queues.depth, queue))
+
+    def _hub_depth(self, queue: str) -> int:
+        """The Durable task hub's work queue: the host creates it when it starts the hub,
+        which a loaded machine can make later than the first look."""
+        from bus.storage import Missing
+
+        try:
+            return self._depth(queue)
+        except Missing:
+            return 0
 
     def _verify(self, orders: dict[str, tuple[str, int]], stats: dict[str, Any],
                 seconds: float) -> dict[str, Any]:
