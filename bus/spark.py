@@ -12,7 +12,8 @@ from bus.integrations.spark import (
     register,
     subscribe,
     sweep_staging,
+    write_results,
 )
 
 __all__ = ["OptionError", "PublishResult", "RowError", "forget_read", "publish", "receive",
-           "register", "subscribe", "sweep_staging"]
+           "register", "subscribe", "sweep_staging", "write_results"]

@@ -25,13 +25,16 @@ class MaintenanceReport:
     recovered: dict[str, int] = field(default_factory=dict)
     """Per endpoint: stalled outbox records finished."""
     sweep: SweepReport | None = None
+    ledger_forgotten: int = 0
+    """Send-ledger rows older than ``Settings.ledger_retention_seconds`` removed."""
     failed: list[str] = field(default_factory=list)
     """The parts that failed this pass (each logged with its exception)."""
 
 
 def maintenance_pass(bus: Bus, stalled_seconds: float = 300.0) -> MaintenanceReport:
-    """Adopt host-poisoned signals, sweep, and finish stalled outbox records, each part on
-    its own. Safe at any time and from several processes at once."""
+    """Adopt host-poisoned signals, sweep (send marks past their retention included), finish
+    stalled outbox records and forget old send-ledger rows, each part on its own. Safe at any
+    time and from several processes at once."""
     report = MaintenanceReport()
     endpoints = list(bus.topology.endpoints)
     for name in endpoints:
@@ -48,6 +51,10 @@ def maintenance_pass(bus: Bus, stalled_seconds: float = 300.0) -> MaintenanceRep
             report.recovered[name] = bus.outbox_driver(name).recover(stalled_seconds)
         except Exception:
             _failed(report, f"recovering at {name}")
+    try:
+        report.ledger_forgotten = bus.ledger.forget(bus.settings.ledger_retention_seconds)
+    except Exception:
+        _failed(report, "forgetting old send-ledger rows")
     return report
 
 

@@ -56,7 +56,7 @@ class Courier:
             if not self._token_first:
                 self._put_payload(envelope, checked)
             self.inbox.create(envelope.destination, envelope.attempt_id, envelope.message_id,
-                              self._clock(), _due(envelope))
+                              self._clock(), due_at(envelope))
             if self._token_first:
                 self._put_payload(envelope, checked)
 
@@ -70,6 +70,17 @@ class Courier:
             if data is not None:
                 self.payloads.check_size(len(data))
         return payloads
+
+    def check_payloads(self, envelopes: Sequence[Envelope]) -> None:
+        """Raise PayloadError when a copy's claim-check payload is over the limit its
+        receiver reads: before anything is written."""
+        self._claim_checks(envelopes)
+
+    def put_payloads(self, envelopes: Sequence[Envelope]) -> None:
+        """The claim-check blobs of the copies that need one (their tokens exist already)."""
+        for envelope in envelopes:
+            if not fits_signal(envelope, self._capacity):
+                self._put_payload(envelope, envelope.inline_payload())
 
     def _put_payload(self, envelope: Envelope, data: bytes | None) -> None:
         if data is not None:
@@ -97,7 +108,7 @@ class Courier:
                     destination,
                     [(envelopes[i].attempt_id, envelopes[i].message_id) for i in indexes], now,
                     [origins[i] for i in indexes] if origins is not None else None,
-                    [_due(envelopes[i]) for i in indexes])
+                    [due_at(envelopes[i]) for i in indexes])
                 for index, etag in zip(indexes, created, strict=True):
                     etags[index] = etag
             if self._token_first:
@@ -213,6 +224,6 @@ def due_in(envelope: Envelope, now: float, longest: float) -> float:
     return max(0.0, min(envelope.not_before.timestamp() - now, longest))
 
 
-def _due(envelope: Envelope) -> float | None:
+def due_at(envelope: Envelope) -> float | None:
     """When a scheduled copy's signal becomes visible, kept on its token (``sweeper``)."""
     return envelope.not_before.timestamp() if envelope.not_before is not None else None

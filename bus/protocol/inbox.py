@@ -48,6 +48,7 @@ from bus.storage import (
 from bus.storage.limits import StorageLimits, split_text
 
 _INDEX = "~deferred~"  # row key prefix of the deferral index (attempt ids never contain ~)
+_MARK = "~sent~"  # row key prefix of send marks (``bus.protocol.marked``)
 
 
 class TokenState(str, enum.Enum):
@@ -91,6 +92,20 @@ class Token:
         orphan: a copy arriving disproves it)."""
         return self.state in (TokenState.LIVE, TokenState.PENDING) or (
             self.state is TokenState.PARKED and self.orphan)
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A send mark (``bus.protocol.marked``): the copy of ``message_id`` sent to ``endpoint``
+    has the token ``attempt_id``; made at ``at`` (clock seconds)."""
+
+    endpoint: str
+    message_id: str
+    attempt_id: str
+    at: float
+    etag: str = ""
+    origin: str = ""
+    """Who made it, as the sender named itself (a Spark job: its id)."""
 
 
 @dataclass(frozen=True)
@@ -272,7 +287,63 @@ class Inbox:
         """Every token row, or one endpoint's (for tooling, the sweeper and the checks; not a
         hot path)."""
         return [_token(row) for row in self._tables.query(self._table, endpoint)
-                if not row.row_key.startswith(_INDEX)]
+                if not row.row_key.startswith((_INDEX, _MARK))]
+
+    # -- send marks (``bus.protocol.marked``) ---------------------------------------------------
+    def create_marked(self, endpoint: str, copies: Sequence[tuple[str, str, float | None]],
+                      now: float, *, origin: str = "", together: bool = True,
+                      marked: bool = True) -> None:
+        """For each copy ``(attempt id, message id, due)`` of one endpoint, a send mark and a
+        live token, in one transaction (at most half the transaction's operations: the
+        caller chunks). Conflict when a mark exists (none of them was created then).
+        ``together`` off and ``marked`` off are breaks: the marks in a request before the
+        tokens', and no marks."""
+        marks = [TableOp("insert", Entity(endpoint, _MARK + message_id,
+                                          {"attempt_id": attempt_id, "at": now,
+                                           "origin": origin}))
+                 for attempt_id, message_id, _ in copies]
+        tokens = [TableOp("insert", self._entity(Token(
+            endpoint, attempt_id, TokenState.LIVE, message_id, now, "", due=due)))
+            for attempt_id, message_id, due in copies]
+        if not marked:
+            self._tables.transact(self._table, tokens)
+        elif together:
+            self._tables.transact(self._table, [*marks, *tokens])
+        else:
+            self._tables.transact(self._table, marks)
+            self._tables.transact(self._table, tokens)
+
+    def marks(self, endpoint: str, message_ids: Sequence[str]) -> dict[str, Mark]:
+        """The send marks of ``message_ids`` at ``endpoint`` that exist, by message id (one
+        request per ``keys_per_read`` ids)."""
+        per = self._tables.limits.keys_per_read
+        ids = sorted(set(message_ids))
+        found: dict[str, Mark] = {}
+        for start in range(0, len(ids), per):
+            rows = self._tables.get_many(self._table, endpoint,
+                                         [_MARK + m for m in ids[start:start + per]])
+            for row in rows.values():
+                mark = _mark(row)
+                found[mark.message_id] = mark
+        return found
+
+    def all_marks(self) -> list[Mark]:
+        """Every send mark (a scan, for the sweeper)."""
+        return [_mark(row) for row in self._tables.query(self._table)
+                if row.row_key.startswith(_MARK)]
+
+    def forget_mark(self, mark: Mark) -> bool:
+        """Delete a send mark whose token is gone, unless the mark changed since it was read.
+        A mark whose token still exists is kept however old: its message still waits, and
+        without the mark a second send would create a second token. True when deleted."""
+        if self.read(mark.endpoint, mark.attempt_id) is not None:
+            return False
+        try:
+            self._tables.delete(self._table, mark.endpoint, _MARK + mark.message_id,
+                                etag=mark.etag)
+        except (PreconditionFailed, NotFound):
+            return False
+        return True
 
     def stale_index(self) -> list[StaleIndex]:
         """Index rows whose token is gone (for the sweeper).
@@ -323,6 +394,13 @@ def finished(record: OutboxRecord, token: Token | None, *, parked_ends: bool = F
     ended = (TokenState.DEFERRED, TokenState.FENCED, *((TokenState.PARKED,) if parked_ends else ()))
     return token.generation != record.generation or (
         token.state in ended and not (token.state is TokenState.PARKED and token.orphan))
+
+
+def _mark(row: Entity) -> Mark:
+    at = row.properties.get("at")
+    return Mark(row.partition_key, row.row_key[len(_MARK):], str(row.properties["attempt_id"]),
+                float(at) if isinstance(at, (int, float)) else 0.0, row.etag,
+                str(row.properties.get("origin", "")))
 
 
 def _token(row: Entity) -> Token:

@@ -58,6 +58,12 @@ class Safeguards:
     """A claim completes a deferring record whose incoming token was parked meanwhile (the
     host gave up on the message after its commit and maintenance adopted the host's copy): the
     deferral is still to apply, so the record is not finished."""
+    send_marks: bool = True
+    """A marked send (``Bus.send_once_many``) creates each copy's token with a send mark
+    naming it, so a message id never gets a second token at a destination."""
+    marks_with_tokens: bool = True
+    """A marked send writes the marks and the tokens in one transaction: a mark never exists
+    without its token."""
     stage_before_settle: bool = True
     """The Spark reader stages the messages it takes before it consumes their tokens and
     deletes their queue messages, so a batch that stops in between loses nothing."""
@@ -106,6 +112,10 @@ BREAKS: dict[str, tuple[Safeguards, str]] = {
     "parked-ends-deferral": (Safeguards(apply_parked_deferral=False),
                              "a claim commits over a deferring record whose token was parked "
                              "after its commit, as if it were finished"),
+    "unmarked-sends": (Safeguards(send_marks=False),
+                       "send_once_many creates tokens without send marks"),
+    "mark-apart": (Safeguards(marks_with_tokens=False),
+                   "send_once_many writes the send marks and the tokens in two requests"),
     "settle-before-stage": (Safeguards(stage_before_settle=False),
                             "the Spark reader settles what it takes before staging it"),
 }

@@ -21,6 +21,9 @@ What can be left behind, and when it is removed:
   record listing the token afterwards; then the token goes if unchanged. A committed record
   confirms its pending tokens before it is finished, and a slot moves on to another record
   only once it is, so "no committed record in the origin slot lists it" is exact;
+* a send mark (``marked``) older than ``mark_retention`` (``Settings.ledger_retention_seconds``,
+  7 days) whose token is gone - then the same message id may be sent again as a new message;
+  a mark whose token still exists stays, however old (its message still waits);
 * a live token nobody signalled (its sender crashed between token and signal) - once no
   signal has come for ``orphan_age`` (default 7 days) after it was due (its creation, or a
   scheduled message's due time) it is parked as a presumed **orphan**, with a poison entry,
@@ -54,6 +57,7 @@ class SweepReport:
     deferral_index_removed: int = 0
     released_signals_resent: int = 0
     pending_tokens_removed: int = 0
+    send_marks_forgotten: int = 0
 
 
 class Sweeper:
@@ -62,7 +66,9 @@ class Sweeper:
                  ghost_horizon: float, orphan_age: float,
                  resend: Callable[[str, str], None], release_resend: float,
                  outbox_for: Callable[[str], Outbox], pending_age: float,
+                 mark_retention: float = 7 * 86400.0,
                  safeguards: Safeguards = ALL_ON) -> None:
+        self._mark_retention = mark_retention
         self._outbox_for = outbox_for
         self._pending_age = pending_age
         self._safeguards = safeguards
@@ -100,6 +106,9 @@ class Sweeper:
                     dequeue_count=0, now=now)
                 if self._inbox.park(token, now, orphan=True):
                     report.orphan_tokens_parked += 1
+        for mark in self._inbox.all_marks():
+            if now - mark.at > self._mark_retention and self._inbox.forget_mark(mark):
+                report.send_marks_forgotten += 1
         for stale in self._inbox.stale_index():
             self._inbox.drop_index(stale)
             report.deferral_index_removed += 1

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bus import Bus
+from bus import Bus, BusError
 from bus.adapters.memory import InMemoryStorage, NoFaults
 from bus.envelope import encode_bundle
 from bus.integrations.spark.options import Connection, OptionError, WriteOptions, write_options
@@ -22,10 +22,9 @@ from bus.integrations.spark.writer import (
     JobWriter,
     MessageMapper,
     RowError,
-    StagedPart,
     check_columns,
-    sweep,
 )
+from bus.integrations.spark.writer import results as write_results
 from tests.spark.contracts import RecordSale, SaleRecorded
 
 SALE = "tests.spark.contracts:RecordSale"
@@ -75,80 +74,99 @@ def send(bus: Bus, n: int, start: int = 0) -> None:
 
 
 # -- ids and rows --------------------------------------------------------------------------------
-def test_message_ids_are_deterministic() -> None:
-    by_key = MessageMapper(RecordSale, key_column="sale_id", run_key=None)
-    assert by_key.message_id({"sale_id": "order-1"}, 3, 9) == "order-1"
-    hashed = by_key.message_id({"sale_id": "a/b c"}, 0, 0)
-    assert hashed == by_key.message_id({"sale_id": "a/b c"}, 5, 7) and len(hashed) == 32
-    scoped = MessageMapper(RecordSale, key_column="sale_id", run_key="day-1")
-    assert scoped.message_id({"sale_id": "order-1"}, 0, 0) not in ("order-1", hashed)
-    positional = MessageMapper(RecordSale, key_column=None, run_key="job-7")
-    assert positional.message_id({}, 2, 41) == "job-7-2-41"
+def test_message_ids_come_from_the_key_scoped_by_type_target_and_run_key() -> None:
+    by_key = MessageMapper(RecordSale, key_columns=["sale_id"], run_key=None, target="sink")
+    one = by_key.message_id({"sale_id": "order-1", "amount": 1}, "row 0")
+    assert one == by_key.message_id({"sale_id": "order-1", "amount": 9}, "row 7")
+    assert len(one) == 32 and one != "order-1"
+    others = [
+        MessageMapper(RecordSale, key_columns=["sale_id"], run_key="day-1", target="sink"),
+        MessageMapper(RecordSale, key_columns=["sale_id"], run_key=None, target="other"),
+        MessageMapper(SaleRecorded, key_columns=["sale_id"], run_key=None,
+                      target="SaleRecorded")]
+    ids = {m.message_id({"sale_id": "order-1"}, "row 0") for m in others}
+    assert len(ids) == 3 and one not in ids
+    two = MessageMapper(RecordSale, key_columns=["sale_id", "amount"], run_key=None,
+                        target="sink")
+    assert two.message_id({"sale_id": "a", "amount": 1}, "r") != two.message_id(
+        {"sale_id": "a", "amount": 2}, "r")
+    with pytest.raises(RowError, match="'amount' null"):
+        two.message_id({"sale_id": "a", "amount": None}, "row 3 of partition 0")
 
 
 def test_rows_map_to_fields_by_name() -> None:
-    mapper = MessageMapper(RecordSale, key_column=None, run_key="r")
-    message = mapper.message({"sale_id": "x", "amount": 5, "extra": 1, "note": None}, 0, 0)
+    mapper = MessageMapper(RecordSale, key_columns=["sale_id"], run_key=None, target="sink")
+    message = mapper.message({"sale_id": "x", "amount": 5, "extra": 1, "note": None}, "r")
     assert message == RecordSale(sale_id="x", amount=5)
     with pytest.raises(RowError, match="column amount"):
-        mapper.message({"sale_id": "x", "amount": None}, 0, 3)
+        mapper.message({"sale_id": "x", "amount": None}, "row 3")
     with pytest.raises(OptionError, match="amount"):
-        check_columns(RecordSale, ["sale_id", "note"], None)
-    with pytest.raises(OptionError, match="key_column"):
-        check_columns(RecordSale, ["sale_id", "amount"], "id")
+        check_columns(RecordSale, ["sale_id", "note"], ())
+    with pytest.raises(OptionError, match="'id'"):
+        check_columns(RecordSale, ["sale_id", "amount"], ("id",))
 
 
 def test_options_are_checked_on_the_driver() -> None:
     base = {"connection_string": "x", "message_type": SALE}
     with pytest.raises(OptionError, match="destination"):
-        write_options({**base, "run_key": "r"})
-    with pytest.raises(OptionError, match="key_column"):
-        write_options({**base, "destination": "sink"})
+        write_options({**base, "key_column": "sale_id"})
+    with pytest.raises(OptionError, match="row positions are refused"):
+        write_options({**base, "destination": "sink", "run_key": "r"})
+    with pytest.raises(OptionError, match="not both"):
+        write_options({**base, "destination": "sink", "key_column": "a", "key_columns": "b"})
     with pytest.raises(OptionError, match="cannot be imported"):
-        write_options({**base, "message_type": "nowhere:Thing", "run_key": "r"})
+        write_options({**base, "message_type": "nowhere:Thing", "key_column": "sale_id"})
     with pytest.raises(OptionError, match="topic"):
         write_options({**base, "message_type": "tests.spark.contracts:SaleRecorded",
-                       "run_key": "r", "topic": "Other"})
-    opts = write_options({**base, "destination": "sink", "key_column": "sale_id"})
-    assert opts.contract() is RecordSale
+                       "key_column": "sale_id", "topic": "Other"})
+    with pytest.raises(OptionError, match="invalid_rows"):
+        write_options({**base, "destination": "sink", "key_column": "sale_id",
+                       "invalid_rows": "skip"})
+    opts = write_options({**base, "destination": "sink", "key_columns": "sale_id, amount"})
+    assert opts.contract() is RecordSale and opts.key_columns == ("sale_id", "amount")
 
 
 # -- writing -------------------------------------------------------------------------------------
-def test_only_the_reported_attempt_is_published_and_reruns_send_nothing(bus: Bus) -> None:
-    options = WriteOptions(connection(), SALE, destination="sink", run_key="job")
+def sales(n: int, start: int = 0) -> list[dict[str, object]]:
+    return [{"sale_id": f"s{i}", "amount": i} for i in range(start, start + n)]
+
+
+def test_retried_and_speculative_tasks_send_each_row_once(bus: Bus) -> None:
+    options = WriteOptions(connection(), SALE, destination="sink", key_columns=("sale_id",))
     job = JobWriter(options)
-    rows = [{"sale_id": f"s{i}", "amount": i} for i in range(150)]
-    job.stage(0, rows[:40], task_attempt=0)  # a failed first attempt, partly staged
-    winner = job.stage(0, rows, task_attempt=1)
-    result = job.commit([winner])
+    job.publish(0, sales(40))  # a first attempt that failed after 40 rows
+    kept = job.publish(0, sales(150))  # the retry, which Spark keeps
+    job.publish(0, sales(150))  # a speculative copy, whose report Spark drops
+    result = job.commit([kept])
+    # Every row was sent by this job (an attempt of it), each once.
     assert (result.rows, result.published, result.already_sent) == (150, 150, 0)
-    assert bus.storage.queues.depth(bus.names.queue("sink")) == 150
-    staging = Staging(bus.storage, "")
-    assert bus.storage.tables.query(staging.table) == []  # winners and losers cleaned up
+    assert bus.storage.queues.depth(bus.names.queue("sink")) >= 1
+    assert len([t for t in bus.inbox.all() if t.endpoint == "sink"]) == 150
     rerun = JobWriter(options)
-    again = rerun.commit([rerun.stage(0, rows)])
-    assert (again.published, again.already_sent) == (0, 150)
-    assert bus.storage.queues.depth(bus.names.queue("sink")) == 150
+    again = rerun.commit([rerun.publish(0, sales(155))])  # the same rows and 5 new ones
+    assert (again.published, again.already_sent) == (5, 150)
+    assert len([t for t in bus.inbox.all() if t.endpoint == "sink"]) == 155
+    assert [r.job for r in write_results(Staging(bus.storage, ""))] == [rerun.job, job.job]
 
 
-def test_a_missing_commit_message_fails_the_commit(bus: Bus) -> None:
-    job = JobWriter(WriteOptions(connection(), SALE, destination="sink", run_key="job"))
-    part = job.stage(0, [{"sale_id": "a", "amount": 1}])
-    with pytest.raises(RuntimeError, match="no commit message"):
-        job.commit([part, None])
-    with pytest.raises(RuntimeError, match="reported 2"):
-        job.commit([StagedPart(0, part.staging, 2)])
+def test_invalid_rows_fail_the_task_or_are_reported(bus: Bus) -> None:
+    rows = [*sales(3), {"sale_id": "bad", "amount": "lots"}, {"sale_id": None, "amount": 1}]
+    failing = JobWriter(WriteOptions(connection(), SALE, destination="sink",
+                                     key_columns=("sale_id",)))
+    with pytest.raises(RowError, match="row 3 of partition 2 is not a valid"):
+        failing.publish(2, rows)
+    reporting = JobWriter(WriteOptions(connection(), SALE, destination="sink",
+                                       key_columns=("sale_id",), invalid_rows="report"))
+    result = reporting.commit([reporting.publish(2, rows)])
+    assert (result.rows, result.published, result.refused) == (5, 3, 2)
+    assert "column amount" in result.reasons[0] and "column sale_id" in result.reasons[1]
 
 
-def test_sweep_removes_staging_no_job_will_publish(bus: Bus) -> None:
-    job = JobWriter(WriteOptions(connection(), SALE, destination="sink", run_key="job"))
-    job.stage(0, [{"sale_id": "a", "amount": 1}])  # the driver died: never committed
-    job.stage(1, [{"sale_id": "b", "amount": 2}])
-    staging = Staging(bus.storage, "")
-    assert sweep(staging, older_than=3600) == 0  # too recent: the job may still be running
-    assert sweep(staging, older_than=3600, now=time.time() + 7200) == 3
-    assert bus.storage.tables.query(staging.table) == []
-    assert bus.storage.queues.depth(bus.names.queue("sink")) == 0
+def test_a_missing_report_fails_the_commit(bus: Bus) -> None:
+    job = JobWriter(WriteOptions(connection(), SALE, destination="sink",
+                                 key_columns=("sale_id",)))
+    with pytest.raises(BusError, match="no report"):
+        job.commit([job.publish(0, sales(1)), None])
 
 
 # -- reading -------------------------------------------------------------------------------------

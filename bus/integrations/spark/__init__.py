@@ -29,6 +29,7 @@ from bus.integrations.spark.compat import (
     receive,
     subscribe,
     sweep_staging,
+    write_results,
 )
 from bus.integrations.spark.options import OptionError
 from bus.integrations.spark.writer import PublishResult, RowError
@@ -49,4 +50,4 @@ def register(spark: SparkSession) -> None:
 
 
 __all__ = ["OptionError", "PublishResult", "RowError", "forget_read", "publish", "receive",
-           "register", "subscribe", "sweep_staging"]
+           "register", "subscribe", "sweep_staging", "write_results"]

@@ -4,14 +4,15 @@
                                connection_string=conn)
     df = bus.spark.receive(spark, "analytics", run_key="2024-06-01", connection_string=conn)
 
-``publish`` stages each partition in a task (``mapInArrow``: Spark keeps one result per
-partition, like a data source's commit messages) and publishes on the driver once the job has
-succeeded. ``receive`` drains and stages on the driver and returns the staged rows. Only APIs
+``publish`` sends each partition from its task (``mapInArrow``: Spark keeps one result per
+partition, like a data source's commit messages) and adds up the tasks' reports on the
+driver. ``receive`` drains and stages on the driver and returns the staged rows. Only APIs
 Spark 3.4 has (also on Spark Connect); pyspark and pyarrow are imported inside the functions.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -22,14 +23,16 @@ from bus.integrations.spark.options import (
     check_message_class,
     class_path,
 )
+from bus.integrations.spark.options import key_columns as _key_columns
 from bus.integrations.spark.reader import Drainer, read_batch_key, schema_ddl, staged_rows
 from bus.integrations.spark.reader import subscribe as _subscribe
 from bus.integrations.spark.staging import Staging
 from bus.integrations.spark.writer import (
     JobWriter,
+    PartReport,
     PublishResult,
-    StagedPart,
     check_columns,
+    results,
     sweep,
 )
 from bus.messages import Message
@@ -38,36 +41,41 @@ from bus.settings import Settings
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-_RESULT = "partition_id int, staging string, rows long"
+_REPORT = ("partition_id int, rows long, published long, already_sent long, refused long, "
+           "no_subscriber long, reasons array<string>")
 
 
 def publish(df: DataFrame, message_type: type[Message] | str, *,
             destination: str | None = None, key_column: str | None = None,
-            run_key: str | None = None, connection_string: str | None = None,
-            account_name: str | None = None, prefix: str = "",
-            parallelism: int = 16, settings: Settings | None = None) -> PublishResult:
+            key_columns: Sequence[str] = (), run_key: str | None = None,
+            connection_string: str | None = None, account_name: str | None = None,
+            prefix: str = "", parallelism: int = 4, invalid_rows: str = "fail",
+            settings: Settings | None = None) -> PublishResult:
     """Send each row of ``df`` as a ``message_type`` command to ``destination``, or publish it
-    as an event, exactly once per message id (see docs/spark.md for the ids and options;
-    ``settings``: signing and encryption, docs/signing.md)."""
+    as an event, exactly once per message id, from the executors (see docs/spark.md for the
+    ids and options; ``settings``: signing and encryption, docs/signing.md)."""
     if not isinstance(message_type, str):
         message_type = class_path(check_message_class(message_type, repr(message_type)))
     options = WriteOptions(Connection(connection_string, account_name, prefix, settings),
-                           message_type,
-                           destination=destination, key_column=key_column, run_key=run_key,
-                           parallelism=parallelism)
+                           message_type, destination=destination,
+                           key_columns=_key_columns(key_column, key_columns), run_key=run_key,
+                           parallelism=parallelism, invalid_rows=invalid_rows)
     job = JobWriter(options)
-    check_columns(options.contract(), df.columns, key_column)
+    check_columns(options.contract(), df.columns, options.key_columns)
     job.prepare()
+    started = time.time()
     try:
-        results = df.mapInArrow(_StageTask(job), _RESULT).collect()
+        reports = df.mapInArrow(_PublishTask(job), _REPORT).collect()
     except Exception:
         job.abort()
         raise
-    return job.commit([StagedPart(int(r["partition_id"]), str(r["staging"]), int(r["rows"]))
-                       for r in results])
+    return job.commit([PartReport(int(r["partition_id"]), int(r["rows"]), int(r["published"]),
+                                  int(r["already_sent"]), int(r["refused"]),
+                                  int(r["no_subscriber"]), tuple(r["reasons"] or ()))
+                       for r in reports], started)
 
 
-class _StageTask:
+class _PublishTask:
     """The task function of ``publish`` (picklable: Spark ships it to the executors)."""
 
     def __init__(self, job: JobWriter) -> None:
@@ -79,13 +87,24 @@ class _StageTask:
 
         context = TaskContext.get()
         partition_id = context.partitionId() if context is not None else 0
-        attempt = context.attemptNumber() if context is not None else 0
         rows = (row for batch in batches for row in batch.to_pylist())
-        part = self.job.stage(partition_id, rows, attempt)
-        yield pa.RecordBatch.from_pylist(
-            [{"partition_id": part.partition_id, "staging": part.staging, "rows": part.rows}],
-            schema=pa.schema([("partition_id", pa.int32()), ("staging", pa.string()),
-                              ("rows", pa.int64())]))
+        report = self.job.publish(partition_id, rows)
+        yield pa.RecordBatch.from_pylist([{
+            "partition_id": report.partition_id, "rows": report.rows,
+            "published": report.published, "already_sent": report.already_sent,
+            "refused": report.refused, "no_subscriber": report.no_subscriber,
+            "reasons": list(report.reasons)}], schema=pa.schema([
+                ("partition_id", pa.int32()), ("rows", pa.int64()), ("published", pa.int64()),
+                ("already_sent", pa.int64()), ("refused", pa.int64()),
+                ("no_subscriber", pa.int64()), ("reasons", pa.list_(pa.string()))]))
+
+
+def write_results(*, limit: int = 10, connection_string: str | None = None,
+                  account_name: str | None = None, prefix: str = "") -> list[PublishResult]:
+    """The results of the latest write jobs (``df.write.format("bus")`` and ``publish``),
+    newest first: rows, published, already sent, refused (with a few reasons), job id."""
+    connection = Connection(connection_string, account_name, prefix)
+    return results(Staging(connection.storage(), prefix), limit)
 
 
 def receive(spark: SparkSession, endpoint: str, *, run_key: str,
@@ -139,8 +158,8 @@ def subscribe(endpoint: str, topics: Sequence[str] = (), *,
 def sweep_staging(older_than_seconds: float = 24 * 3600.0, *,
                   connection_string: str | None = None, account_name: str | None = None,
                   prefix: str = "") -> int:
-    """Delete write staging older than ``older_than_seconds`` that no job will publish (a
-    driver that died, a speculative task killed late); returns how many staging partitions.
-    A table scan: schedule it daily, with a margin longer than any write job runs."""
+    """Delete staging nobody will read again: write staging left by versions before tasks
+    sent themselves (older than ``older_than_seconds``) and a stream's committed batches;
+    returns how many staging partitions. A table scan: schedule it daily."""
     connection = Connection(connection_string, account_name, prefix)
     return sweep(Staging(connection.storage(), prefix), older_than_seconds)

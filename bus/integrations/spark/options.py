@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +18,6 @@ from pydantic import ValidationError
 from bus.adapters.select import open_storage
 from bus.bus import Bus
 from bus.encryption import Encryption, EncryptionKey
-from bus.envelope import ID_PATTERN
 from bus.errors import BusError, ConfigurationError, NamingError
 from bus.messages import Command, Event, Message, topic_of
 from bus.naming import check_endpoint
@@ -31,7 +30,6 @@ class OptionError(BusError, ValueError):
     """An option is missing or wrong; the message names it and says what to do."""
 
 
-_ID = re.compile(ID_PATTERN)
 _RUN_KEY = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
@@ -102,9 +100,14 @@ class WriteOptions:
     connection: Connection
     message_class: str  # "module:Class": the class itself is imported where it is needed
     destination: str | None = None
-    key_column: str | None = None
+    key_columns: tuple[str, ...] = ()
+    """The column(s) whose values identify each row's message (its id is a hash of them)."""
     run_key: str | None = None
-    parallelism: int = 16
+    """Scopes the message ids: the same key under another run key is another message."""
+    parallelism: int = 4
+    """Chunks of rows a task sends at once."""
+    invalid_rows: str = "fail"
+    """A row that is not a valid message: "fail" the job, or "report" it in the result."""
 
     def contract(self) -> type[Message]:
         return load_message_class(self.message_class)
@@ -120,9 +123,17 @@ class WriteOptions:
                               "drop the option 'destination'")
         if self.destination is not None:
             _endpoint("destination", self.destination)
-        if self.key_column is None and self.run_key is None:
-            raise OptionError("set 'key_column' (a column whose value identifies each row's "
-                              "message) or 'run_key' (a stable name of this job run)")
+        if not self.key_columns:
+            raise OptionError(
+                "set 'key_column' (a column whose value identifies each row's message) or "
+                "'key_columns' (the columns that do, comma-separated): each message id is a "
+                "hash of them. Ids from row positions are refused: Spark does not keep rows "
+                "in place from one run to the next (file splits follow the cluster's cores, "
+                "adaptive execution coalesces partitions, ties in a sort come out in any "
+                "order), so a re-run would send rows again under other ids")
+        if self.invalid_rows not in ("fail", "report"):
+            raise OptionError(f"invalid_rows {self.invalid_rows!r}: 'fail' (the default) or "
+                              "'report' (counted and described in the write's result)")
         if self.run_key is not None and not _RUN_KEY.match(self.run_key):
             raise OptionError(f"run_key {self.run_key!r}: use 1-64 letters, digits, '_' or '-'")
         if self.parallelism < 1:
@@ -215,8 +226,9 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
     opts = WriteOptions(
         connection=connection_from(options), message_class=message_type,
         destination=options.get("destination") or None,
-        key_column=options.get("key_column") or None, run_key=options.get("run_key") or None,
-        parallelism=_int(options, "parallelism", 16))
+        key_columns=key_columns(options.get("key_column"), options.get("key_columns")),
+        run_key=options.get("run_key") or None, parallelism=_int(options, "parallelism", 4),
+        invalid_rows=options.get("invalid_rows") or "fail")
     opts.check()
     topic = options.get("topic")
     contract = opts.contract()
@@ -224,6 +236,19 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
         raise OptionError(f"topic {topic!r}: {contract.message_type} is published to the topic "
                           f"of its type ({contract.message_type!r}) and only there")
     return opts
+
+
+def key_columns(key_column: str | None, columns: str | Sequence[str] | None,
+                ) -> tuple[str, ...]:
+    """The key columns from ``key_column`` (one) or ``key_columns`` (comma-separated, or a
+    list), not both."""
+    if key_column and columns:
+        raise OptionError("set 'key_column' or 'key_columns', not both")
+    if key_column:
+        return (key_column,)
+    if isinstance(columns, str):
+        columns = columns.split(",")
+    return tuple(c.strip() for c in columns or () if c.strip())
 
 
 def read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
@@ -260,6 +285,3 @@ def _number(options: Mapping[str, str], name: str, default: float) -> Any:
     except ValueError as exc:
         raise OptionError(f"option {name!r} must be a number, not {raw!r}") from exc
 
-
-def message_id_ok(value: str) -> bool:
-    return bool(_ID.match(value))

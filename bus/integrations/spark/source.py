@@ -11,6 +11,7 @@ Options: docs/spark.md. This module imports pyspark; ``bus.integrations.spark`` 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +36,7 @@ from bus.integrations.spark.options import (
 from bus.integrations.spark.reader import Drainer, read_batch_key, schema_ddl, staged_rows
 from bus.integrations.spark.staging import Staging
 from bus.integrations.spark.stream import StreamConsumer
-from bus.integrations.spark.writer import JobWriter, StagedPart, check_columns
+from bus.integrations.spark.writer import JobWriter, PartReport, check_columns
 from bus.messages import Message
 
 
@@ -63,7 +64,7 @@ class BusDataSource(DataSource):
         if overwrite:
             raise OptionError("the bus data source appends messages: use mode('append')")
         options = write_options(self.options)
-        check_columns(options.contract(), schema.fieldNames(), options.key_column)
+        check_columns(options.contract(), schema.fieldNames(), options.key_columns)
         job = JobWriter(options)
         job.prepare()
         return BusWriter(job)
@@ -78,26 +79,27 @@ class BusDataSource(DataSource):
 # -- writing -------------------------------------------------------------------------------------
 @dataclass
 class BusCommitMessage(WriterCommitMessage):
-    part: StagedPart
+    report: PartReport
 
 
 class BusWriter(DataSourceWriter):
-    """Tasks stage their partition (``write``); the driver publishes (``commit``)."""
+    """Tasks send their partition (``write``); the driver adds up their reports (``commit``)."""
 
     def __init__(self, job: JobWriter) -> None:
         self.job = job
+        self.started = time.time()
 
     def write(self, iterator: Iterator[Row]) -> BusCommitMessage:
         from pyspark import TaskContext
 
         context = TaskContext.get()
         partition_id = context.partitionId() if context is not None else 0
-        attempt = context.attemptNumber() if context is not None else 0
         rows = (row.asDict(recursive=True) for row in iterator)
-        return BusCommitMessage(self.job.stage(partition_id, rows, attempt))
+        return BusCommitMessage(self.job.publish(partition_id, rows))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        self.job.commit([m.part if isinstance(m, BusCommitMessage) else None for m in messages])
+        self.job.commit([m.report if isinstance(m, BusCommitMessage) else None
+                         for m in messages], self.started)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         self.job.abort()

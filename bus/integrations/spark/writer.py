@@ -1,111 +1,123 @@
-"""Writing rows as messages: tasks stage, the driver publishes once Spark has committed.
+"""Writing rows as messages: the tasks send, exactly once per message id; the driver reports.
 
-A partition's task may run several times (retry, speculation, stage recompute) and a job may be
-re-run. So:
+A partition's task may run several times (a retry, a speculative copy, a recomputed stage) and
+a job may be run again. So:
 
-* every message id is deterministic: from the key column (``key_column``), or from the run key,
-  the partition number and the row's position in it (``run_key``);
-* each task attempt stages its rows under a partition key of its own and reports it; Spark keeps
-  exactly one report per partition (the commit messages, or the results of a collect);
-* the driver publishes the reported attempts' rows with ``Bus.send_once`` / ``publish_once``
-  (the send ledger: once per message id, whoever calls and however often), then deletes the
-  staging of every attempt of the job, winners and losers alike.
+* every message id comes from the row itself: a hash of the message type, its destination (or
+  topic), the optional ``run_key`` and the key column(s) the user names - never from the row's
+  position, which Spark does not keep from one run to the next;
+* each task sends its rows with ``Bus.send_once_many`` (``bus.protocol.marked``): tokens and
+  their send marks 50 to a transaction, signals bundled, so a row costs about 0.05 storage
+  requests; whoever sends a message id first sends it, every other attempt finds its mark;
+* each task reports how many rows this job sent (any attempt of it: the marks name the job)
+  and how many an earlier job had; Spark keeps one report per partition, which the driver
+  adds up into the job's ``PublishResult``, logs, and stores in the results table
+  (``write_results``).
 
-A job that fails, or dies while publishing, can be re-run with the same ids: what was sent is
-not sent again.
+A job that fails part-way has sent part of its rows: run it again with the same ids and only
+the rest goes out.
 """
 
 from __future__ import annotations
 
-import contextlib
+import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from itertools import islice
 from typing import Any
 
 from pydantic import ValidationError
 
-from bus.bus import Bus
 from bus.errors import BusError
 from bus.ids import BUS_NAMESPACE, random_id
-from bus.integrations.spark.options import OptionError, WriteOptions, message_id_ok
+from bus.integrations.spark.options import OptionError, WriteOptions
 from bus.integrations.spark.staging import StagedRow, Staging, each
-from bus.messages import Command, Event, Message
+from bus.messages import Command, Event, Message, topic_of
 from bus.storage import Storage
 
 log = logging.getLogger("bus.spark")
 
-_STAGE_CHUNK = 100  # rows staged per call (staging splits them into transactions)
+CHUNK = 500
+"""Rows a task sends per ``send_once_many`` call."""
+RESULTS = "w~results"
+"""The staging partition holding each write job's result."""
+_REASONS = 10  # reasons of refused rows kept per task
 
 
 class RowError(BusError, ValueError):
     """A row cannot become a message; the message says which row and why."""
 
 
-class StagingError(BusError, RuntimeError):
-    """A committed task's staging is not what it reported (should not happen: a bug or a
-    staging table changed by hand)."""
-
-
 @dataclass(frozen=True)
-class StagedPart:
-    """What one task attempt staged: Spark keeps exactly one of these per partition."""
+class PartReport:
+    """What one task attempt did with its partition: Spark keeps one of these per partition."""
 
     partition_id: int
-    staging: str  # the staging partition key
-    rows: int
+    rows: int = 0
+    published: int = 0
+    already_sent: int = 0
+    refused: int = 0
+    no_subscriber: int = 0
+    reasons: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class PublishResult:
-    """The outcome of a write: ``published`` new messages, ``already_sent`` ones whose id an
-    earlier run (or an earlier row with the same key) had sent."""
+    """The outcome of a write: ``published`` messages sent by this run, ``already_sent``
+    ones an earlier run (or another row with the same key) had sent, ``refused`` rows that
+    could not become a message (with ``invalid_rows='report'``; ``reasons`` has a few),
+    ``no_subscriber`` events nobody subscribed to."""
 
     rows: int
     published: int
     already_sent: int
     seconds: float
+    refused: int = 0
+    no_subscriber: int = 0
+    reasons: tuple[str, ...] = ()
+    job: str = ""
+    message_type: str = ""
+    target: str = ""
+    finished_at: float = 0.0
 
 
 def check_columns(contract: type[Message], columns: Sequence[str],
-                  key_column: str | None) -> None:
-    """Fail early (on the driver) when a required field has no column."""
+                  key_columns: Sequence[str]) -> None:
+    """Fail early (on the driver) when a required field or a key column has no column."""
     missing = [name for name, f in contract.model_fields.items()
                if f.is_required() and name not in columns]
     if missing:
         raise OptionError(f"{contract.message_type} needs the column(s) {', '.join(missing)}; "
                           f"the DataFrame has {', '.join(columns) or 'no columns'}")
-    if key_column is not None and key_column not in columns:
-        raise OptionError(f"key_column {key_column!r} is not a column of the DataFrame")
+    absent = [name for name in key_columns if name not in columns]
+    if absent:
+        raise OptionError(f"key column(s) {', '.join(map(repr, absent))} not in the DataFrame")
 
 
 class MessageMapper:
-    """Turns a row (column name -> value) into a message and its deterministic id."""
+    """Turns a row (column name -> value) into a message and its message id."""
 
-    def __init__(self, contract: type[Message], *, key_column: str | None,
-                 run_key: str | None) -> None:
+    def __init__(self, contract: type[Message], *, key_columns: Sequence[str],
+                 run_key: str | None, target: str) -> None:
         self.contract = contract
-        self.key_column = key_column
-        self.run_key = run_key
+        self.key_columns = tuple(key_columns)
+        self._scope = f"spark/{contract.message_type}/{target}/{run_key or ''}"
         self._fields = list(contract.model_fields)
 
-    def message_id(self, row: Mapping[str, Any], partition_id: int, position: int) -> str:
-        if self.key_column is None:
-            assert self.run_key is not None
-            return f"{self.run_key}-{partition_id}-{position}"
-        value = row.get(self.key_column)
-        if value is None:
-            raise RowError(f"row {position} of partition {partition_id}: key column "
-                           f"{self.key_column!r} is null")
-        key = str(value)
-        if self.run_key is None and message_id_ok(key):
-            return key  # readable, and what other producers keyed by the same value use
-        scope = self.run_key if self.run_key is not None else "key"
-        return uuid.uuid5(BUS_NAMESPACE, f"spark/{scope}/{key}").hex
+    def message_id(self, row: Mapping[str, Any], where: str) -> str:
+        """The row's message id: a UUID5 of the message type, target, run key and key."""
+        values = [row.get(name) for name in self.key_columns]
+        if any(value is None for value in values):
+            nulls = [n for n, v in zip(self.key_columns, values, strict=True) if v is None]
+            raise RowError(f"{where}: key column(s) {', '.join(map(repr, nulls))} null")
+        key = (str(values[0]) if len(values) == 1
+               else json.dumps(values, default=str, separators=(",", ":")))
+        return uuid.uuid5(BUS_NAMESPACE, f"{self._scope}/{key}").hex
 
-    def message(self, row: Mapping[str, Any], partition_id: int, position: int) -> Message:
+    def message(self, row: Mapping[str, Any], where: str) -> Message:
         # Extra columns are ignored; a null for a field with a default means "use the default".
         data = {name: row[name] for name in self._fields
                 if name in row and not (row[name] is None
@@ -115,13 +127,33 @@ class MessageMapper:
         except ValidationError as exc:
             problems = "; ".join(f"column {'.'.join(map(str, e['loc']))}: {e['msg']}"
                                  for e in exc.errors())
-            raise RowError(f"row {position} of partition {partition_id} is not a valid "
-                           f"{self.contract.message_type}: {problems}") from exc
+            raise RowError(f"{where} is not a valid {self.contract.message_type}: "
+                           f"{problems}") from exc
+
+
+@dataclass
+class _Tally:
+    rows: int = 0
+    published: int = 0
+    already_sent: int = 0
+    refused: int = 0
+    no_subscriber: int = 0
+    reasons: list[str] = field(default_factory=list)
+
+    def refuse(self, error: RowError) -> None:
+        self.refused += 1
+        if len(self.reasons) < _REASONS:
+            self.reasons.append(str(error))
+
+    def count(self, sent: Sequence[bool | None]) -> None:
+        self.published += sum(s is True for s in sent)
+        self.already_sent += sum(s is False for s in sent)
+        self.no_subscriber += sum(s is None for s in sent)
 
 
 class JobWriter:
-    """One write job. Picklable: ``stage`` runs in the tasks, ``commit`` / ``abort`` on the
-    driver. ``job`` names the job's staging; make it fresh for every run."""
+    """One write job. Picklable: ``publish`` runs in the tasks, ``commit`` on the driver.
+    ``job`` names the job in its result; fresh for every run by default."""
 
     def __init__(self, options: WriteOptions, job: str | None = None, *,
                  sleep: Callable[[float], None] = time.sleep,
@@ -143,121 +175,116 @@ class JobWriter:
                        random=self._random)
 
     def prepare(self) -> None:
-        """On the driver, before the tasks: the staging table and the bus's own tables and
-        containers (the send ledger, the tokens) exist. Idempotent."""
+        """On the driver, before the tasks: the bus's tables, containers and queues and the
+        staging table (for the results) exist. Idempotent."""
         bus = self.options.connection.bus(self.options.routes())
         staging = self.staging(bus.storage)
         staging.retried(bus.provision)  # a transient error need not fail the job
         staging.ensure()
 
     @property
-    def registry(self) -> str:
-        return f"w~{self.job}"
+    def target(self) -> str:
+        """The destination endpoint, or the event's topic."""
+        contract = self.options.contract()
+        if self.options.destination is not None:
+            return self.options.destination
+        return topic_of(contract) if issubclass(contract, Event) else ""
 
     # -- in the tasks ---------------------------------------------------------------------------
-    def stage(self, partition_id: int, rows: Iterable[Mapping[str, Any]],
-              task_attempt: int = 0) -> StagedPart:
-        """Stage one partition's rows under a key of this attempt's own; report it."""
-        mapper = MessageMapper(self.options.contract(), key_column=self.options.key_column,
-                               run_key=self.options.run_key)
-        staging = self.staging(self.options.connection.storage())
-        attempt = self._new_id()[:12]
-        key = f"w~{self.job}~{partition_id:05d}~{attempt}"
-        # Registered before staging anything, so the driver can clean up a losing attempt.
-        staging.upsert(self.registry, StagedRow(f"{partition_id:05d}~{attempt}", {
-            "staging": key, "task_attempt": task_attempt, "at": self._clock()}))
-        chunk: list[StagedRow] = []
-        count = 0
+    def publish(self, partition_id: int, rows: Iterable[Mapping[str, Any]]) -> PartReport:
+        """Send one partition's rows, each once per message id; report what happened."""
+        contract = self.options.contract()
+        mapper = MessageMapper(contract, key_columns=self.options.key_columns,
+                               run_key=self.options.run_key, target=self.target)
+        bus = self.options.connection.bus(self.options.routes())
+        tally = _Tally()
+        chunks = _chunks(self._messages(mapper, partition_id, rows, tally), CHUNK)
+        parallelism = self.options.parallelism
+        while wave := list(islice(chunks, parallelism)):  # memory: a wave of chunks at a time
+            for sent in each(parallelism, lambda chunk: bus.send_once_many(
+                    chunk, to=self.options.destination, origin=self.job), wave):
+                assert isinstance(sent, list)
+                tally.count(sent)
+        return PartReport(partition_id, tally.rows, tally.published, tally.already_sent,
+                          tally.refused, tally.no_subscriber, tuple(tally.reasons))
+
+    def _messages(self, mapper: MessageMapper, partition_id: int,
+                  rows: Iterable[Mapping[str, Any]], tally: _Tally,
+                  ) -> Iterator[tuple[Command | Event, str]]:
         for position, row in enumerate(rows):
-            message = mapper.message(row, partition_id, position)
-            chunk.append(StagedRow(f"{position:09d}", {
-                "message_id": mapper.message_id(row, partition_id, position),
-                "at": self._clock()}, {"message": message.model_dump_json()}))
-            count += 1
-            if len(chunk) == _STAGE_CHUNK:
-                staging.put(key, chunk)
-                chunk = []
-        staging.put(key, chunk)
-        return StagedPart(partition_id, key, count)
+            tally.rows += 1
+            where = f"row {position} of partition {partition_id}"
+            try:
+                message = mapper.message(row, where)
+                message_id = mapper.message_id(row, where)
+            except RowError as exc:
+                if self.options.invalid_rows == "fail":
+                    raise
+                tally.refuse(exc)
+                continue
+            assert isinstance(message, (Command, Event))
+            yield message, message_id
 
     # -- on the driver --------------------------------------------------------------------------
-    def commit(self, parts: Sequence[StagedPart | None]) -> PublishResult:
-        """Publish the rows of the reported attempts (one per partition), then remove the
-        job's staging. Raises when a send keeps failing: the job may then be re-run with the
-        same ids, which sends only what is missing."""
-        bus = self.options.connection.bus(self.options.routes())
-        staging = self.staging(bus.storage)
-        try:
-            result = self._publish(bus, staging, parts)
-        except Exception:  # not a dying process (BaseException): it cleans nothing up
-            # What was sent stays sent (a re-run skips it); the staging is of no further use.
-            with contextlib.suppress(Exception):
-                self.cleanup(staging)
-            raise
-        self.cleanup(staging)
-        log.info("job %s: %d rows, %d messages published, %d already sent, %.1f s",
-                 self.job, result.rows, result.published, result.already_sent, result.seconds)
+    def commit(self, reports: Sequence[PartReport | None], started: float | None = None,
+               ) -> PublishResult:
+        """Add up the tasks' reports (one per partition), log and store the result."""
+        if any(report is None for report in reports):
+            raise BusError("a partition has no report: its task did not finish")
+        done = [r for r in reports if r is not None]
+        result = PublishResult(
+            rows=sum(r.rows for r in done), published=sum(r.published for r in done),
+            already_sent=sum(r.already_sent for r in done),
+            seconds=round(self._clock() - started, 3) if started is not None else 0.0,
+            refused=sum(r.refused for r in done),
+            no_subscriber=sum(r.no_subscriber for r in done),
+            reasons=tuple(reason for r in done for reason in r.reasons)[:_REASONS],
+            job=self.job, message_type=self.options.contract().message_type,
+            target=self.target, finished_at=self._clock())
+        log.info("job %s: %d rows, %d messages published, %d already sent, %d refused",
+                 self.job, result.rows, result.published, result.already_sent, result.refused)
+        self._store(result)
         return result
 
-    def _publish(self, bus: Bus, staging: Staging,
-                 parts: Sequence[StagedPart | None]) -> PublishResult:
-        started = time.monotonic()
-        if any(part is None for part in parts):
-            raise StagingError("a partition has no commit message: its task did not finish")
-        ordered = sorted((p for p in parts if p is not None), key=lambda p: p.partition_id)
-        contract = self.options.contract()
-        total = sum(part.rows for part in ordered)
-        done = published = 0
-        log.info("publishing %d rows of %d partitions (job %s)", total, len(ordered), self.job)
-        for part in ordered:
-            rows = staging.rows(part.staging)
-            if len(rows) != part.rows:
-                raise StagingError(f"partition {part.partition_id}: {len(rows)} rows staged "
-                                   f"under {part.staging}, the task reported {part.rows}")
-            items = [(str(values["message_id"]), str(values["message"])) for _, values in rows]
-            for sent in each(self.options.parallelism,
-                             lambda item: self._send(bus, contract, *item), items):
-                published += bool(sent)
-                done += 1
-                if done % 1000 == 0:
-                    log.info("published %d/%d rows", done, total)
-        return PublishResult(total, published, total - published,
-                             round(time.monotonic() - started, 3))
-
     def abort(self) -> None:
-        """Spark gave up on the job: nothing was published; drop its staging."""
-        storage = self.options.connection.storage()
-        self.cleanup(self.staging(storage))
+        """Spark gave up on the job: what its tasks sent stays sent (a re-run skips it)."""
+        log.warning("job %s failed; rows its tasks sent stay sent, a re-run with the same ids "
+                    "sends the rest", self.job)
 
-    def cleanup(self, staging: Staging) -> None:
-        """Delete the staging of every attempt of the job, winners and losers, then the
-        job's registry. An attempt still running (a speculative copy Spark has not killed yet)
-        may leave rows behind; they are never published."""
-        for _, values in staging.rows(self.registry):
-            staging.delete_partition(str(values["staging"]))
-        staging.delete_partition(self.registry)
+    def _store(self, result: PublishResult) -> None:
+        """The result in the results table (best effort: the job itself succeeded)."""
+        staging = self.staging(self.options.connection.storage())
+        newest_first = f"{10**13 - int(result.finished_at * 1000):014d}~{self.job}"
+        try:
+            staging.put(RESULTS, [StagedRow(newest_first, texts={
+                "result": json.dumps(asdict(result))})])
+        except Exception:
+            log.exception("job %s: its result could not be stored", self.job)
 
-    def _send(self, bus: Bus, contract: type[Message], message_id: str, body: str) -> bool:
-        message = contract.model_validate_json(body)
-        if isinstance(message, Command):
-            return bus.send_once(message, message_id=message_id, to=self.options.destination)
-        assert isinstance(message, Event)
-        return bus.publish_once(message, message_id=message_id)
+
+def results(staging: Staging, limit: int = 10) -> list[PublishResult]:
+    """The latest write jobs' results, newest first."""
+    found: list[PublishResult] = []
+    for _, values in staging.rows(RESULTS)[:limit]:
+        data = json.loads(str(values["result"]))
+        data["reasons"] = tuple(data.get("reasons", ()))
+        found.append(PublishResult(**data))
+    return found
 
 
 def sweep(staging: Staging, older_than: float, now: float | None = None) -> int:
-    """Delete staging left behind: jobs whose driver died before publishing and attempts
-    Spark killed too late, when nothing in them is newer than ``older_than`` seconds (a table
-    scan: run it now and then, not while such a job may still be running), and a streaming
-    consumer's batches at or below its committed one (a delayed write can land after the
-    consumer deleted a batch). Returns how many staging partitions it deleted."""
+    """Delete staging left behind: write staging of jobs from before tasks sent themselves
+    (nothing in them newer than ``older_than`` seconds; a table scan: run it now and then),
+    and a streaming consumer's batches at or below its committed one (a delayed write can land
+    after the consumer deleted a batch). Keeps the write results. Returns how many staging
+    partitions it deleted."""
     cutoff = (time.time() if now is None else now) - older_than
     newest: dict[str, float] = {}
     committed: dict[str, int] = {}
     batches: list[tuple[str, str, int]] = []
     for entity in staging.retried(staging.tables.query, staging.table):
         key = entity.partition_key
-        if key.startswith("w~"):
+        if key.startswith("w~") and key != RESULTS:
             at = entity.properties.get("at")
             stamp = float(at) if isinstance(at, (int, float)) else 0.0
             newest[key] = max(newest.get(key, 0.0), stamp)
@@ -271,3 +298,9 @@ def sweep(staging: Staging, older_than: float, now: float | None = None) -> int:
     for key in old:
         staging.delete_partition(key)
     return len(old)
+
+
+def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    iterator = iter(items)
+    while chunk := list(islice(iterator, size)):
+        yield chunk

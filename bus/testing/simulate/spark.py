@@ -5,10 +5,11 @@ Spark itself does not run here; what it does around those classes does, in the o
 integration's own modules describe (``bus.integrations.spark.stream``, ``compat``, ``source``,
 which call the same methods; ``tests/spark`` runs them under a real local Spark):
 
-* a write job stages every partition in a task, a task may run again (a retry after a failure,
-  a speculative copy) and Spark keeps one attempt's report per partition; the driver then
-  publishes the reported rows. A job that fails is run again with the same run key, a fresh
-  job id; the driver may die anywhere (the actor crashes and starts over: a re-run);
+* a write job sends every partition from a task; a task may fail part-way and run again, or
+  run twice at once (a speculative copy, interleaved with the first), and Spark keeps one
+  attempt's report per partition, which the driver adds up. A job that fails is run again
+  with the same key column, a fresh job id; the driver may die anywhere (the actor crashes
+  and starts over: a re-run);
 * a streaming query asks the source for the latest offset, writes the planned range to its
   offset log, reads the batches into its sink, writes its commit log, and only then tells the
   source to commit (Spark calls ``commit`` when it plans the next batch). After a crash it runs
@@ -30,10 +31,10 @@ from bus.integrations.spark.options import Connection, WriteOptions, class_path
 from bus.integrations.spark.reader import Drainer, staged_rows, subscribe
 from bus.integrations.spark.staging import Staging
 from bus.integrations.spark.stream import StreamConsumer
-from bus.integrations.spark.writer import JobWriter, StagedPart, sweep
+from bus.integrations.spark.writer import RESULTS, JobWriter, PartReport, sweep
 from bus.messages import Message, topic_of
 from bus.storage import Storage, StorageError
-from bus.testing.simulate.world import World
+from bus.testing.simulate.world import Actor, World
 
 READER = "r"
 """The endpoint a Spark streaming query reads: a subscriber of the event, without handlers."""
@@ -78,7 +79,8 @@ def writer(world: World, connection: SimConnection, contract: type[Message], *,
            counts: Counter[str]) -> Callable[[], None]:
     """A write job of ``partitions`` (rows as column -> value), run until it succeeds."""
     options = WriteOptions(connection=connection, message_class=class_path(contract),
-                           destination=destination, run_key=RUN_KEY, parallelism=1)
+                           destination=destination, key_columns=("root",), run_key=RUN_KEY,
+                           parallelism=1)
 
     def run() -> None:
         while True:
@@ -87,9 +89,12 @@ def writer(world: World, connection: SimConnection, contract: type[Message], *,
                             random=world.rng.random)
             try:
                 job.prepare()
-                parts = [_task(world, job, index, rows, counts)
-                         for index, rows in enumerate(partitions)]
-                counts["spark_rows_published"] += job.commit(parts).published
+                copies: list[Actor] = []
+                reports = [_task(world, job, index, rows, counts=counts, copies=copies)
+                           for index, rows in enumerate(partitions)]
+                while not all(copy.finished for copy in copies):
+                    world.sleep(0.1)  # the job ends with its speculative copies
+                counts["spark_rows_published"] += job.commit(reports).published
                 return
             except StorageError:
                 world.sleep(1.0)  # the job failed: run again, same run key, fresh job id
@@ -98,14 +103,30 @@ def writer(world: World, connection: SimConnection, contract: type[Message], *,
 
 
 def _task(world: World, job: JobWriter, partition: int, rows: Sequence[Mapping[str, Any]],
-          counts: Counter[str]) -> StagedPart:
-    """One partition's task: it may fail and run again, or run twice; Spark keeps one report."""
-    reports: list[StagedPart] = []
+          *, counts: Counter[str], copies: list[Actor]) -> PartReport:
+    """One partition's task: it may fail and run again, or have a speculative copy running
+    alongside (an actor of its own, in ``copies``); Spark keeps one report."""
+    reports: list[PartReport] = []
     while not reports or world.rng.random() < RETRY_TASK:
-        with contextlib.suppress(StorageError):  # the task failed; Spark runs it again
-            reports.append(job.stage(partition, rows, task_attempt=len(reports)))
         counts["spark_task_attempts"] += 1
+        if reports and world.rng.random() < 0.5:
+            copy = Actor(f"spark-task-{partition}-copy{len(copies)}",
+                         _speculative(job, partition, rows))
+            copies.append(copy)
+            world.spawn(copy)
+            continue
+        with contextlib.suppress(StorageError):  # the task failed; Spark runs it again
+            reports.append(job.publish(partition, rows))
     return reports[world.rng.randrange(len(reports))]
+
+
+def _speculative(job: JobWriter, partition: int,
+                 rows: Sequence[Mapping[str, Any]]) -> Callable[[], None]:
+    def run() -> None:
+        with contextlib.suppress(StorageError):  # a failed copy: Spark ignores it
+            job.publish(partition, rows)
+
+    return run
 
 
 def reader(world: World, bus: Bus, checkpoint: Checkpoint,
@@ -185,7 +206,7 @@ def unread(bus: Bus, checkpoint: Checkpoint) -> bool:
 def left_in_staging(bus: Bus, checkpoint: Checkpoint, now: float) -> list[str]:
     """What is left in staging once the query plans one more batch (Spark tells the source
     then what it committed) and a sweep has removed what failed write jobs left: anything but
-    the consumer's cursor is left behind."""
+    the consumer's cursor and the write jobs' results is left behind."""
     staging = Staging(bus.storage, bus.names.prefix)
     if checkpoint.committed is not None:
         drainer = Drainer(bus, staging, READER, parallelism=1)
@@ -193,4 +214,4 @@ def left_in_staging(bus: Bus, checkpoint: Checkpoint, now: float) -> list[str]:
     sweep(staging, older_than=0.0, now=now + 1.0)
     return [f"left behind: spark staging {entity.partition_key}/{entity.row_key}"
             for entity in staging.tables.query(staging.table)
-            if entity.partition_key != f"s~{CONSUMER}"]
+            if entity.partition_key not in (f"s~{CONSUMER}", RESULTS)]

@@ -1,0 +1,128 @@
+"""``Bus.send_once_many``: many messages, each once per message id, in a few requests - on the
+in-memory backend and Azurite (``bus.protocol.marked``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bus import Bus, Command, Context, Endpoint, Event
+from bus.errors import TransientError
+from bus.protocol.inbox import TokenState
+from bus.storage import Queues, Storage
+from bus.testing import drain
+from bus.testing.counting import counting_storage
+
+
+class PlaceOrder(Command):
+    order_id: str
+
+
+class OrderPlaced(Event):
+    order_id: str
+
+
+def build(storage: Storage, prefix: str) -> tuple[Bus, list[str]]:
+    orders, billing, shipping = Endpoint("orders"), Endpoint("billing"), Endpoint("shipping")
+    seen: list[str] = []
+
+    @orders.handles(PlaceOrder, partition=lambda m: m.order_id)
+    def place(message: PlaceOrder, ctx: Context) -> None:
+        seen.append(f"orders:{message.order_id}")
+
+    for endpoint in (billing, shipping):
+        @endpoint.handles(OrderPlaced, partition=lambda m: m.order_id)
+        def placed(message: OrderPlaced, ctx: Context, name: str = endpoint.name) -> None:
+            seen.append(f"{name}:{message.order_id}")
+
+    bus = Bus(storage, [orders, billing, shipping], prefix=prefix)
+    bus.provision()
+    return bus, seen
+
+
+def orders(n: int, start: int = 0) -> list[tuple[PlaceOrder | OrderPlaced, str]]:
+    return [(PlaceOrder(order_id=f"o{i}"), f"place-o{i}") for i in range(start, start + n)]
+
+
+def test_each_message_is_sent_once_however_often_the_call_is_made(storage: Storage,
+                                                                   prefix: str) -> None:
+    bus, seen = build(storage, prefix)
+    assert bus.send_once_many(orders(120)) == [True] * 120
+    assert bus.send_once_many(orders(120)) == [False] * 120  # before they are processed
+    drain(bus)
+    assert sorted(seen) == sorted(f"orders:o{i}" for i in range(120))
+    # After they are processed; with 5 new ones among them.
+    assert bus.send_once_many(orders(125)) == [False] * 120 + [True] * 5
+    drain(bus)
+    assert len(seen) == 125 and len(set(seen)) == 125
+
+
+def test_an_event_goes_to_every_subscriber_once(storage: Storage, prefix: str) -> None:
+    bus, seen = build(storage, prefix)
+    events = [(OrderPlaced(order_id=f"o{i}"), f"placed-o{i}") for i in range(3)]
+    assert bus.send_once_many(events) == [True] * 3
+    assert bus.send_once_many(events) == [False] * 3
+    drain(bus)
+    assert sorted(seen) == sorted(f"{e}:o{i}" for e in ("billing", "shipping") for i in range(3))
+
+
+def test_the_same_id_twice_in_one_call_is_one_message(storage: Storage, prefix: str) -> None:
+    bus, seen = build(storage, prefix)
+    twice = [(PlaceOrder(order_id="a"), "same"), (PlaceOrder(order_id="b"), "same")]
+    assert bus.send_once_many(twice) == [True, True]  # one message: both rows are "it"
+    drain(bus)
+    assert seen == ["orders:a"]
+
+
+class SignalsFail:
+    """Queues whose sends fail (the process died after its tokens were created)."""
+
+    def __init__(self, inner: Queues) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    def send(self, queue: str, body: str, **options: object) -> None:
+        raise TransientError("injected: the process died before its signals")
+
+
+def test_a_call_that_stopped_before_its_signals_is_finished_by_the_next(
+        storage: Storage, prefix: str) -> None:
+    bus, seen = build(storage, prefix)
+    failing = Storage(queues=SignalsFail(storage.queues),  # type: ignore[arg-type]
+                      blobs=storage.blobs, tables=storage.tables)
+    broken, _ = build(failing, prefix)
+    broken.settings = broken.settings.model_copy(update={"send_attempts": 1})
+    with pytest.raises(TransientError):
+        broken.send_once_many(orders(3))
+    tokens = [t for t in bus.inbox.all() if t.endpoint == "orders"]
+    assert len(tokens) == 3 and all(t.state is TokenState.LIVE for t in tokens)
+    drain(bus)
+    assert seen == []  # tokens, no signals
+    assert bus.send_once_many(orders(3)) == [False] * 3  # sent before: only the signals go
+    drain(bus)
+    assert sorted(seen) == ["orders:o0", "orders:o1", "orders:o2"]
+
+
+def test_a_message_costs_a_small_fraction_of_a_request(storage: Storage, prefix: str) -> None:
+    counted, counter = counting_storage(storage)
+    bus, _ = build(counted, prefix)
+    counter.reset()
+    bus.send_once_many(orders(1000))
+    requests = counter.total()
+    assert requests / 1000 < 0.2, counter.snapshot()
+
+
+def test_marks_are_forgotten_after_the_retention_once_processed(storage: Storage,
+                                                                prefix: str) -> None:
+    bus, seen = build(storage, prefix)
+    bus.send_once_many(orders(2))
+    drain(bus, ["orders"])
+    bus.send_once_many(orders(1, start=2))  # o2 waits, unprocessed
+    later = bus.clock() + bus.settings.ledger_retention_seconds + 1
+    sweeper = bus.sweeper()
+    sweeper._clock = lambda: later  # the retention has passed
+    assert sweeper.sweep().send_marks_forgotten == 2  # o2's token still waits: its mark stays
+    assert bus.send_once_many(orders(3)) == [True, True, False]  # o0, o1 are new messages now
+    drain(bus)
+    assert sorted(seen) == ["orders:o0", "orders:o0", "orders:o1", "orders:o1", "orders:o2"]
