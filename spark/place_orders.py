@@ -3,9 +3,11 @@
     python -m spark.place_orders --dataset orders.csv --generate 200 \\
         --connection-string "$AzureWebJobsStorage"
 
-Each row becomes one PlaceOrder whose message id is its ``order_id`` (``key_column``), so
-running the job again - after a failure, or by mistake - sends nothing twice. ``--api
-publish`` does the same with ``bus.spark.publish`` (Spark 3.4+, e.g. Azure Synapse).
+Each row becomes one PlaceOrder whose message id is a hash of its ``order_id`` (``key_column``)
+scoped by the message type and destination, so running the job again - after a failure, or by
+mistake - sends nothing twice. The executors send; the job's result (published, already sent,
+refused) is read back with ``bus.spark.write_results``. ``--api publish`` does the same with
+``bus.spark.publish`` (Spark 3.4+, e.g. Azure Synapse), which returns the result.
 """
 
 from __future__ import annotations
@@ -37,9 +39,8 @@ def generate(path: Path, orders: int, customers: int = 50) -> Path:
 
 
 def run(spark: Any, dataset: Path, options: dict[str, str], *, api: str = "datasource",
-        destination: str = "orders") -> PublishResult | None:
-    """Send every row of ``dataset``; returns the result of ``publish`` (the data source
-    logs its own on the driver)."""
+        destination: str = "orders") -> PublishResult:
+    """Send every row of ``dataset``; returns the job's result."""
     df = spark.read.csv(str(dataset), header=True, schema=SCHEMA)
     if api == "publish":
         return bus.spark.publish(df, PlaceOrder, destination=destination,
@@ -49,7 +50,8 @@ def run(spark: Any, dataset: Path, options: dict[str, str], *, api: str = "datas
      .option("destination", destination)
      .option("key_column", "order_id")
      .mode("append").save())
-    return None
+    [result] = bus.spark.write_results(limit=1, **options)  # the job that just finished
+    return result
 
 
 def main() -> None:
@@ -69,7 +71,7 @@ def main() -> None:
     spark = local_session("place-orders")
     try:
         result = run(spark, args.dataset, options, api=args.api)
-        print(result or "sent (see the driver log for the counts)")
+        print(result)
     finally:
         spark.stop()
 

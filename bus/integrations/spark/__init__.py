@@ -35,18 +35,23 @@ from bus.integrations.spark.options import OptionError
 from bus.integrations.spark.writer import PublishResult, RowError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from pyspark.sql import SparkSession
 
+    from bus.messages import Message
 
-def register(spark: SparkSession) -> None:
-    """Make ``format("bus")`` available in ``spark`` (Spark 4.0 or later)."""
+
+def register(spark: SparkSession, contracts: Sequence[type[Message]] = ()) -> None:
+    """Make ``format("bus")`` available in ``spark`` (Spark 4.0 or later). ``contracts``: the
+    classes ``message_type`` may name by type name, such as those defined in a notebook."""
     if not hasattr(spark, "dataSource"):
         raise RuntimeError(f"the bus data source needs Spark 4.0 or later (the Python Data "
                            f"Source API); on Spark {spark.version} use bus.spark.publish and "
                            "bus.spark.receive")
     from bus.integrations.spark.source import register as _register
 
-    _register(spark)
+    _register(spark, contracts)
 
 
 __all__ = ["OptionError", "PublishResult", "RowError", "forget_read", "publish", "receive",

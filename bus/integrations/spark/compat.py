@@ -21,7 +21,6 @@ from bus.integrations.spark.options import (
     ReadOptions,
     WriteOptions,
     check_message_class,
-    class_path,
 )
 from bus.integrations.spark.options import key_columns as _key_columns
 from bus.integrations.spark.reader import Drainer, read_batch_key, schema_ddl, staged_rows
@@ -54,8 +53,8 @@ def publish(df: DataFrame, message_type: type[Message] | str, *,
     """Send each row of ``df`` as a ``message_type`` command to ``destination``, or publish it
     as an event, exactly once per message id, from the executors (see docs/spark.md for the
     ids and options; ``settings``: signing and encryption, docs/signing.md)."""
-    if not isinstance(message_type, str):
-        message_type = class_path(check_message_class(message_type, repr(message_type)))
+    if not isinstance(message_type, str):  # the class itself: it travels with the job
+        message_type = check_message_class(message_type, repr(message_type))
     options = WriteOptions(Connection(connection_string, account_name, prefix, settings),
                            message_type, destination=destination,
                            key_columns=_key_columns(key_column, key_columns), run_key=run_key,
@@ -117,7 +116,7 @@ def receive(spark: SparkSession, endpoint: str, *, run_key: str,
     (until ``forget_read``). Columns: docs/spark.md. ``settings``: signing and encryption
     (docs/signing.md)."""
     if message_type is not None and not isinstance(message_type, str):
-        message_type = class_path(check_message_class(message_type, repr(message_type)))
+        message_type = check_message_class(message_type, repr(message_type))
     options = ReadOptions(Connection(connection_string, account_name, prefix, settings),
                           endpoint,
                           message_class=message_type, max_messages=max_messages,

@@ -68,6 +68,19 @@ class Connection:
                    settings=self.settings)
 
 
+Contract = str | type[Message]
+"""A message contract as the options carry it: the class itself (a class defined in a notebook
+travels to the executors with the job, pickled by value), or its path ``module:ClassName``
+(imported where it is needed)."""
+
+
+def resolve_contract(contract: Contract) -> type[Message]:
+    """The contract class: the class itself, or the one its path names."""
+    if isinstance(contract, str):
+        return load_message_class(contract)
+    return check_message_class(contract, repr(contract))
+
+
 def load_message_class(path: str) -> type[Message]:
     """The contract class named ``module:ClassName`` (or ``module.ClassName``)."""
     module_name, sep, class_name = path.partition(":")
@@ -79,7 +92,9 @@ def load_message_class(path: str) -> type[Message]:
         found = getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError) as exc:
         raise OptionError(f"message_type {path!r} cannot be imported ({exc}); is the module "
-                          "installed on the driver and on every executor?") from exc
+                          "installed on the driver and on every executor? A class defined in "
+                          "a notebook: pass the class itself (bus.spark.publish), or register "
+                          "it (bus.spark.register(spark, contracts=[...]))") from exc
     return check_message_class(found, path)
 
 
@@ -98,7 +113,7 @@ class WriteOptions:
     """What a write sends, where, and how message ids are made."""
 
     connection: Connection
-    message_class: str  # "module:Class": the class itself is imported where it is needed
+    message_class: Contract
     destination: str | None = None
     key_columns: tuple[str, ...] = ()
     """The column(s) whose values identify each row's message (its id is a hash of them)."""
@@ -110,7 +125,7 @@ class WriteOptions:
     """A row that is not a valid message: "fail" the job, or "report" it in the result."""
 
     def contract(self) -> type[Message]:
-        return load_message_class(self.message_class)
+        return resolve_contract(self.message_class)
 
     def check(self) -> None:
         """Fail on the driver, before any task runs, when the options cannot work."""
@@ -150,7 +165,7 @@ class ReadOptions:
 
     connection: Connection
     endpoint: str
-    message_class: str | None = None
+    message_class: Contract | None = None
     max_messages: int = 10_000
     lease_seconds: float = 300.0
     subscribe: tuple[str, ...] = ()
@@ -159,7 +174,7 @@ class ReadOptions:
     poll_seconds: float = 1.0
 
     def contract(self) -> type[Message] | None:
-        return None if self.message_class is None else load_message_class(self.message_class)
+        return None if self.message_class is None else resolve_contract(self.message_class)
 
     def check(self, *, streaming: bool) -> None:
         _endpoint("endpoint", self.endpoint)
@@ -218,13 +233,17 @@ def sealing_from(options: Mapping[str, str]) -> Settings | None:
     return Settings(signing=signing, encryption=encryption)
 
 
-def write_options(options: Mapping[str, str]) -> WriteOptions:
+def write_options(options: Mapping[str, str],
+                  contracts: Mapping[str, type[Message]] | None = None) -> WriteOptions:
+    """``contracts``: classes registered by name (``bus.spark.register``), found before any
+    import is tried."""
     message_type = options.get("message_type")
     if not message_type:
         raise OptionError("set the option 'message_type' to the contract class, as "
                           "'package.module:ClassName'")
     opts = WriteOptions(
-        connection=connection_from(options), message_class=message_type,
+        connection=connection_from(options),
+        message_class=_registered(message_type, contracts) or message_type,
         destination=options.get("destination") or None,
         key_columns=key_columns(options.get("key_column"), options.get("key_columns")),
         run_key=options.get("run_key") or None, parallelism=_int(options, "parallelism", 4),
@@ -251,14 +270,15 @@ def key_columns(key_column: str | None, columns: str | Sequence[str] | None,
     return tuple(c.strip() for c in columns or () if c.strip())
 
 
-def read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
+def read_options(options: Mapping[str, str], *, streaming: bool,
+                 contracts: Mapping[str, type[Message]] | None = None) -> ReadOptions:
     endpoint = options.get("endpoint")
     if not endpoint:
         raise OptionError("set the option 'endpoint': the bus endpoint whose queue to read")
     size_name = "batch_size" if streaming else "max_messages"
     opts = ReadOptions(
         connection=connection_from(options), endpoint=endpoint,
-        message_class=options.get("message_type") or None,
+        message_class=_registered(options.get("message_type") or None, contracts),
         max_messages=_int(options, size_name, 1_000 if streaming else 10_000),
         lease_seconds=_float(options, "lease_seconds", 300.0),
         subscribe=tuple(t.strip() for t in options.get("subscribe", "").split(",") if t.strip()),
@@ -266,6 +286,11 @@ def read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         poll_seconds=_float(options, "poll_seconds", 1.0))
     opts.check(streaming=streaming)
     return opts
+
+
+def _registered(name: str | None,
+                contracts: Mapping[str, type[Message]] | None) -> Contract | None:
+    return None if name is None else (contracts or {}).get(name, name)
 
 
 def _int(options: Mapping[str, str], name: str, default: int) -> int:

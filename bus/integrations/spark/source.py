@@ -21,6 +21,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
     DataSourceWriter,
     InputPartition,
     WriterCommitMessage,
@@ -30,7 +31,9 @@ from pyspark.sql.types import StructType
 from bus.integrations.spark.options import (
     OptionError,
     ReadOptions,
+    check_message_class,
     read_options,
+    resolve_contract,
     write_options,
 )
 from bus.integrations.spark.reader import Drainer, read_batch_key, schema_ddl, staged_rows
@@ -40,13 +43,19 @@ from bus.integrations.spark.writer import JobWriter, PartReport, check_columns
 from bus.messages import Message
 
 
-def register(spark: SparkSession) -> None:
-    """Make ``format("bus")`` available in ``spark`` (once per session)."""
-    spark.dataSource.register(BusDataSource)
+def register(spark: SparkSession, contracts: Sequence[type[Message]] = ()) -> None:
+    """Make ``format("bus")`` available in ``spark`` (once per session). ``contracts``: classes
+    the option ``message_type`` may name by their message type (``"PlaceOrder"``) - those
+    defined in a notebook among them: they travel to the executors with the data source,
+    pickled by value, where their module cannot be imported."""
+    registered = {c.message_type: check_message_class(c, repr(c)) for c in contracts}
+    spark.dataSource.register(type("BusDataSource", (BusDataSource,), {"contracts": registered}))
 
 
 class BusDataSource(DataSource):
     """``format("bus")``: write rows as messages, read an endpoint's messages as rows."""
+
+    contracts: dict[str, type[Message]] = {}
 
     @classmethod
     def name(cls) -> str:
@@ -56,24 +65,33 @@ class BusDataSource(DataSource):
         message_type = self.options.get("message_type")
         if not message_type:
             return schema_ddl(None)
-        from bus.integrations.spark.options import load_message_class
-
-        return schema_ddl(load_message_class(message_type))
+        return schema_ddl(resolve_contract(self.contracts.get(message_type, message_type)))
 
     def writer(self, schema: StructType, overwrite: bool) -> BusWriter:
         if overwrite:
             raise OptionError("the bus data source appends messages: use mode('append')")
-        options = write_options(self.options)
+        options = write_options(self.options, self.contracts)
         check_columns(options.contract(), schema.fieldNames(), options.key_columns)
         job = JobWriter(options)
         job.prepare()
         return BusWriter(job)
 
+    def streamWriter(self, schema: StructType,  # noqa: N802 (Spark's name)
+                     overwrite: bool) -> BusStreamWriter:
+        if overwrite:
+            raise OptionError("the bus data source appends messages: use outputMode('append')")
+        options = write_options(self.options, self.contracts)
+        check_columns(options.contract(), schema.fieldNames(), options.key_columns)
+        job = JobWriter(options)
+        job.prepare()
+        return BusStreamWriter(job)
+
     def reader(self, schema: StructType) -> BusReader:
-        return BusReader(read_options(self.options, streaming=False))
+        return BusReader(read_options(self.options, streaming=False, contracts=self.contracts))
 
     def streamReader(self, schema: StructType) -> BusStreamReader:  # noqa: N802 (Spark's name)
-        return BusStreamReader(read_options(self.options, streaming=True))
+        return BusStreamReader(read_options(self.options, streaming=True,
+                                            contracts=self.contracts))
 
 
 # -- writing -------------------------------------------------------------------------------------
@@ -102,6 +120,29 @@ class BusWriter(DataSourceWriter):
                          for m in messages], self.started)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        self.job.abort()
+
+
+class BusStreamWriter(DataSourceStreamWriter):
+    """``writeStream.format("bus")``: each micro-batch as a write job of its own. A batch Spark
+    runs again after a failure sends its rows under the same ids: nothing twice."""
+
+    def __init__(self, job: JobWriter) -> None:
+        self.job = job
+
+    def write(self, iterator: Iterator[Row]) -> BusCommitMessage:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        partition_id = context.partitionId() if context is not None else 0
+        rows = (row.asDict(recursive=True) for row in iterator)
+        return BusCommitMessage(self.job.publish(partition_id, rows))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        self.job.commit([m.report if isinstance(m, BusCommitMessage) else None
+                         for m in messages], batch=batchId)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         self.job.abort()
 
 

@@ -227,8 +227,9 @@ class JobWriter:
 
     # -- on the driver --------------------------------------------------------------------------
     def commit(self, reports: Sequence[PartReport | None], started: float | None = None,
-               ) -> PublishResult:
-        """Add up the tasks' reports (one per partition), log and store the result."""
+               batch: int | None = None) -> PublishResult:
+        """Add up the tasks' reports (one per partition), log and store the result (a
+        streaming sink's: one per micro-batch, ``batch``)."""
         if any(report is None for report in reports):
             raise BusError("a partition has no report: its task did not finish")
         done = [r for r in reports if r is not None]
@@ -239,7 +240,8 @@ class JobWriter:
             refused=sum(r.refused for r in done),
             no_subscriber=sum(r.no_subscriber for r in done),
             reasons=tuple(reason for r in done for reason in r.reasons)[:_REASONS],
-            job=self.job, message_type=self.options.contract().message_type,
+            job=self.job if batch is None else f"{self.job}-{batch}",
+            message_type=self.options.contract().message_type,
             target=self.target, finished_at=self._clock())
         log.info("job %s: %d rows, %d messages published, %d already sent, %d refused",
                  self.job, result.rows, result.published, result.already_sent, result.refused)
@@ -254,7 +256,7 @@ class JobWriter:
     def _store(self, result: PublishResult) -> None:
         """The result in the results table (best effort: the job itself succeeded)."""
         staging = self.staging(self.options.connection.storage())
-        newest_first = f"{10**13 - int(result.finished_at * 1000):014d}~{self.job}"
+        newest_first = f"{10**13 - int(result.finished_at * 1000):014d}~{result.job}"
         try:
             staging.put(RESULTS, [StagedRow(newest_first, texts={
                 "result": json.dumps(asdict(result))})])
