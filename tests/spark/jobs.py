@@ -32,3 +32,18 @@ class FailOnce:
                 if failing and emitted >= self.after:
                     Path(self.marker).write_text(f"failed after {emitted} rows")
                     raise RuntimeError("injected failure in the middle of a partition")
+
+
+def azurite_sas() -> Any:
+    """A ``credential_provider`` for the tests: an account SAS for Azurite's well-known account,
+    made in whichever process needs it (the driver, each Python worker)."""
+    from datetime import datetime, timedelta, timezone
+
+    from azure.core.credentials import AzureSasCredential
+    from azure.storage.blob import generate_account_sas
+
+    from devhost.azurite import ACCOUNT, KEY
+
+    return AzureSasCredential(generate_account_sas(
+        ACCOUNT, KEY, resource_types="sco", permission="rwdlacup",
+        expiry=datetime.now(timezone.utc) + timedelta(hours=1), services="bqt"))

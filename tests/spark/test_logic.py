@@ -290,3 +290,23 @@ def test_drain_takes_bundles_apart_and_leaves_the_rest_for_the_next_batch(bus: B
     assert bus.storage.queues.depth(queue) == 0
     assert bus.storage.queues.depth(bus.names.poison_queue("sink")) == 1
     assert bus.inbox.all() == []
+
+
+# -- credentials ---------------------------------------------------------------------------------
+def test_connections_take_one_way_to_sign() -> None:
+    from bus.integrations.spark.credentials import StaticToken
+
+    with pytest.raises(OptionError, match="at most one of sas_token, token"):
+        Connection(account_name="acct", sas_token="sv=1", token="t")
+    with pytest.raises(OptionError, match="not with 'connection_string'"):
+        Connection(connection_string="UseDevelopmentStorage=true", sas_token="sv=1")
+    with pytest.raises(OptionError, match="not blob=, queue= or table="):
+        Connection(endpoints="blob=http://x;file=http://y")
+    with pytest.raises(OptionError, match="cannot be imported"):
+        Connection(account_name="acct", credential_provider="nowhere:make").credential()
+    # A platform's token: used until the expiry its claims name (not verified, only read).
+    claims = base64.urlsafe_b64encode(b'{"exp": 1900000000}').decode().rstrip("=")
+    token = Connection(account_name="acct", token=f"h.{claims}.s").credential()
+    assert isinstance(token, StaticToken) and token.get_token("scope").expires_on == 1900000000
+    opaque = StaticToken("not-a-jwt")
+    assert 3500 < opaque.expires_on - time.time() <= 3600

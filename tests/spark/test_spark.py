@@ -244,3 +244,27 @@ def test_a_streaming_sink_sends_each_row_once_across_restarts(
     run()
     assert tokens(client) == 35
     assert (latest(conn).rows, latest(conn).published, latest(conn).already_sent) == (10, 5, 5)
+
+
+def test_a_sas_or_a_credential_provider_signs_on_the_executors(
+        spark: Any, conn: dict[str, str], client: Bus) -> None:
+    """No account key on the executors: a SAS, or a function that makes the credential in
+    each process (Databricks service credentials, notebookutils tokens, azure-identity)."""
+    from tests.spark.jobs import azurite_sas
+
+    settings = dict(part.split("=", 1) for part in conn["connection_string"].split(";")
+                    if "=" in part)
+    endpoints = ";".join(f"{service}={settings[f'{service.title()}Endpoint']}"
+                         for service in ("blob", "queue", "table"))
+    sas = azurite_sas().signature
+    result = bus.spark.publish(sales(spark, 20), RecordSale, destination="sink",
+                               key_column="sale_id", prefix=conn["prefix"],
+                               endpoints=endpoints, sas_token=sas)
+    assert (result.rows, result.published) == (20, 20)
+    (sales(spark, 25).write.format("bus")
+     .options(prefix=conn["prefix"], endpoints=endpoints,
+              credential_provider="tests.spark.jobs:azurite_sas", message_type=SALE,
+              destination="sink", key_column="sale_id")
+     .mode("append").save())
+    assert (latest(conn).published, latest(conn).already_sent) == (5, 20)
+    assert tokens(client) == 25

@@ -6,12 +6,12 @@ import contextlib
 import math
 import re
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from azure.core import MatchConditions
-from azure.core.credentials import TokenCredential
+from azure.core.credentials import AzureSasCredential, TokenCredential
 from azure.core.exceptions import (
     HttpResponseError,
     ResourceExistsError,
@@ -396,17 +396,31 @@ class AzureStorage(Storage):
                 connection_string, **_client_options())))
 
     @classmethod
-    def from_account(cls, account: str, credential: TokenCredential | None = None,
+    def from_account(cls, account: str,
+                     credential: TokenCredential | AzureSasCredential | None = None,
                      suffix: str = "core.windows.net") -> AzureStorage:
-        """Connect with Entra ID (DefaultAzureCredential unless given another credential)."""
+        """Connect with Entra ID (DefaultAzureCredential unless given another credential), or
+        with a SAS (``AzureSasCredential``)."""
+        return cls.from_endpoints(
+            {service: f"https://{account}.{service}.{suffix}"
+             for service in ("blob", "queue", "table")}, credential)
+
+    @classmethod
+    def from_endpoints(cls, endpoints: Mapping[str, str],
+                       credential: TokenCredential | AzureSasCredential | None = None,
+                       ) -> AzureStorage:
+        """Connect to the ``blob``, ``queue`` and ``table`` service URLs given (a private or
+        sovereign cloud's, Azurite's) with ``credential`` (DefaultAzureCredential if None)."""
+        missing = {"blob", "queue", "table"} - set(endpoints)
+        if missing:
+            raise ValueError(f"service endpoints missing: {', '.join(sorted(missing))}")
         if credential is None:
             from azure.identity import DefaultAzureCredential
 
             credential = DefaultAzureCredential()
         return cls(
-            AzureQueues(QueueServiceClient(f"https://{account}.queue.{suffix}", credential,
+            AzureQueues(QueueServiceClient(endpoints["queue"], credential,
                                            **_client_options())),
-            AzureBlobs(BlobServiceClient(f"https://{account}.blob.{suffix}", credential,
-                                         **_client_options())),
-            AzureTables(TableServiceClient(f"https://{account}.table.{suffix}",
-                                           credential=credential, **_client_options())))
+            AzureBlobs(BlobServiceClient(endpoints["blob"], credential, **_client_options())),
+            AzureTables(TableServiceClient(endpoints["table"], credential=credential,
+                                           **_client_options())))

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from bus.integrations.spark.options import (
     Connection,
+    OptionError,
     ReadOptions,
     WriteOptions,
     check_message_class,
@@ -49,13 +50,14 @@ def publish(df: DataFrame, message_type: type[Message] | str, *,
             key_columns: Sequence[str] = (), run_key: str | None = None,
             connection_string: str | None = None, account_name: str | None = None,
             prefix: str = "", parallelism: int = 4, invalid_rows: str = "fail",
-            settings: Settings | None = None) -> PublishResult:
+            settings: Settings | None = None, **credentials: Any) -> PublishResult:
     """Send each row of ``df`` as a ``message_type`` command to ``destination``, or publish it
     as an event, exactly once per message id, from the executors (see docs/spark.md for the
     ids and options; ``settings``: signing and encryption, docs/signing.md)."""
     if not isinstance(message_type, str):  # the class itself: it travels with the job
         message_type = check_message_class(message_type, repr(message_type))
-    options = WriteOptions(Connection(connection_string, account_name, prefix, settings),
+    options = WriteOptions(_connection(connection_string, account_name, prefix, settings,
+                                       credentials),
                            message_type, destination=destination,
                            key_columns=_key_columns(key_column, key_columns), run_key=run_key,
                            parallelism=parallelism, invalid_rows=invalid_rows)
@@ -99,10 +101,11 @@ class _PublishTask:
 
 
 def write_results(*, limit: int = 10, connection_string: str | None = None,
-                  account_name: str | None = None, prefix: str = "") -> list[PublishResult]:
+                  account_name: str | None = None, prefix: str = "",
+                  **credentials: Any) -> list[PublishResult]:
     """The results of the latest write jobs (``df.write.format("bus")`` and ``publish``),
     newest first: rows, published, already sent, refused (with a few reasons), job id."""
-    connection = Connection(connection_string, account_name, prefix)
+    connection = _connection(connection_string, account_name, prefix, None, credentials)
     return results(Staging(connection.storage(), prefix), limit)
 
 
@@ -110,14 +113,16 @@ def receive(spark: SparkSession, endpoint: str, *, run_key: str,
             message_type: type[Message] | str | None = None, max_messages: int = 10_000,
             lease_seconds: float = 300.0, subscribe: Sequence[str] = (),
             connection_string: str | None = None, account_name: str | None = None,
-            prefix: str = "", settings: Settings | None = None) -> DataFrame:
+            prefix: str = "", settings: Settings | None = None,
+            **credentials: Any) -> DataFrame:
     """The messages pending at ``endpoint`` as a DataFrame, each taken exactly once. The
     first call with a ``run_key`` drains and stages; later calls with it return the same rows
     (until ``forget_read``). Columns: docs/spark.md. ``settings``: signing and encryption
     (docs/signing.md)."""
     if message_type is not None and not isinstance(message_type, str):
         message_type = check_message_class(message_type, repr(message_type))
-    options = ReadOptions(Connection(connection_string, account_name, prefix, settings),
+    options = ReadOptions(_connection(connection_string, account_name, prefix, settings,
+                                      credentials),
                           endpoint,
                           message_class=message_type, max_messages=max_messages,
                           lease_seconds=lease_seconds, subscribe=tuple(subscribe),
@@ -134,21 +139,21 @@ def receive(spark: SparkSession, endpoint: str, *, run_key: str,
 
 
 def forget_read(endpoint: str, run_key: str, *, connection_string: str | None = None,
-                account_name: str | None = None, prefix: str = "") -> int:
+                account_name: str | None = None, prefix: str = "", **credentials: Any) -> int:
     """Delete what a batch read with ``run_key`` staged (once its results are safely stored);
     returns how many rows. A later read with that run key drains the queue again."""
-    connection = Connection(connection_string, account_name, prefix)
+    connection = _connection(connection_string, account_name, prefix, None, credentials)
     staging = Staging(connection.storage(), prefix)
     return staging.delete_partition(read_batch_key(endpoint, run_key))
 
 
 def subscribe(endpoint: str, topics: Sequence[str] = (), *,
               connection_string: str | None = None, account_name: str | None = None,
-              prefix: str = "") -> None:
+              prefix: str = "", **credentials: Any) -> None:
     """Make ``endpoint`` a reader endpoint subscribed to ``topics`` (event type names): creates
     the bus's tables, the endpoint's queues and the staging table. Idempotent. Subscribe before
     the events are published: a subscriber gets the events published after it subscribed."""
-    connection = Connection(connection_string, account_name, prefix)
+    connection = _connection(connection_string, account_name, prefix, None, credentials)
     bus = connection.bus()
     _subscribe(bus, endpoint, topics)
     Staging(bus.storage, prefix).ensure()
@@ -156,9 +161,23 @@ def subscribe(endpoint: str, topics: Sequence[str] = (), *,
 
 def sweep_staging(older_than_seconds: float = 24 * 3600.0, *,
                   connection_string: str | None = None, account_name: str | None = None,
-                  prefix: str = "") -> int:
+                  prefix: str = "", **credentials: Any) -> int:
     """Delete staging nobody will read again: write staging left by versions before tasks
     sent themselves (older than ``older_than_seconds``) and a stream's committed batches;
     returns how many staging partitions. A table scan: schedule it daily."""
-    connection = Connection(connection_string, account_name, prefix)
+    connection = _connection(connection_string, account_name, prefix, None, credentials)
     return sweep(Staging(connection.storage(), prefix), older_than_seconds)
+
+
+_CREDENTIALS = ("sas_token", "token", "credential_provider", "endpoints")
+
+
+def _connection(connection_string: str | None, account_name: str | None, prefix: str,
+                settings: Settings | None, credentials: dict[str, Any]) -> Connection:
+    """The connection the keyword arguments describe (``credentials``: ``sas_token``,
+    ``token``, ``credential_provider``, ``endpoints``; see docs/spark.md, "Connection")."""
+    unknown = sorted(set(credentials) - set(_CREDENTIALS))
+    if unknown:
+        raise OptionError(f"unknown argument(s) {', '.join(unknown)}; the credentials are "
+                          f"{', '.join(_CREDENTIALS)}")
+    return Connection(connection_string, account_name, prefix, settings, **credentials)

@@ -13,12 +13,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from azure.core.credentials import AzureSasCredential
 from pydantic import ValidationError
 
 from bus.adapters.select import open_storage
 from bus.bus import Bus
 from bus.encryption import Encryption, EncryptionKey
 from bus.errors import BusError, ConfigurationError, NamingError
+from bus.integrations.spark.credentials import (
+    Credential,
+    CredentialProvider,
+    StaticToken,
+    parse_endpoints,
+)
 from bus.messages import Command, Event, Message, topic_of
 from bus.naming import check_endpoint
 from bus.settings import Settings
@@ -35,8 +42,10 @@ _RUN_KEY = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 @dataclass(frozen=True)
 class Connection:
-    """Where the bus lives: a connection string, or an account name with Entra ID
-    (DefaultAzureCredential), plus the installation's ``prefix``."""
+    """Where the bus lives and how requests are signed (``credentials``): a connection string,
+    or an account (or its ``endpoints``) with Entra ID - ``DefaultAzureCredential``, a
+    ``token`` the platform handed out, or a ``credential_provider`` - or with a ``sas_token``;
+    plus the installation's ``prefix``."""
 
     connection_string: str | None = field(default=None, repr=False)  # holds the key
     account_name: str | None = None
@@ -44,11 +53,30 @@ class Connection:
     settings: Settings | None = field(default=None, repr=False)  # may hold signing keys
     """The bus's settings: the signing and encryption keys of the app it talks to
     (docs/signing.md); the defaults when None."""
+    sas_token: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
+    credential_provider: CredentialProvider | str | None = field(default=None, repr=False)
+    """A function returning a credential, or its path ``package.module:function``."""
+    endpoints: str | None = None
+    """``blob=<url>;queue=<url>;table=<url>``: service URLs other than the public cloud's."""
 
     def __post_init__(self) -> None:
-        if (self.connection_string is None) == (self.account_name is None):
+        account = self.account_name is not None or self.endpoints is not None
+        if (self.connection_string is None) == (not account):
             raise OptionError("give exactly one of the options 'connection_string' and "
-                              "'account_name' (Entra ID through DefaultAzureCredential)")
+                              "'account_name' (or 'endpoints')")
+        signers = [n for n in ("sas_token", "token", "credential_provider")
+                   if getattr(self, n) is not None]
+        if self.connection_string is not None and signers:
+            raise OptionError(f"{signers[0]} goes with 'account_name', not with "
+                              "'connection_string' (which holds the account key)")
+        if len(signers) > 1:
+            raise OptionError(f"give at most one of {', '.join(signers)}")
+        if self.endpoints is not None:
+            try:
+                parse_endpoints(self.endpoints)
+            except ValueError as exc:
+                raise OptionError(str(exc)) from None
 
     def storage(self) -> Storage:
         from bus.adapters.azure import AzureStorage
@@ -59,13 +87,41 @@ class Connection:
                                     name="the option 'connection_string'")
             except ConfigurationError as exc:
                 raise OptionError(str(exc)) from None
+        credential = self.credential()
+        if self.endpoints is not None:
+            return AzureStorage.from_endpoints(parse_endpoints(self.endpoints), credential)
         assert self.account_name is not None
-        return AzureStorage.from_account(self.account_name)
+        return AzureStorage.from_account(self.account_name, credential)
+
+    def credential(self) -> Credential | None:
+        """The credential this process signs with (None: DefaultAzureCredential)."""
+        if self.sas_token is not None:
+            return AzureSasCredential(self.sas_token.lstrip("?"))
+        if self.token is not None:
+            return StaticToken(self.token)
+        provider = self.credential_provider
+        if isinstance(provider, str):
+            provider = _load_function(provider)
+        return None if provider is None else provider()
 
     def bus(self, routes: Mapping[type[Message] | str, str] | None = None,
             storage: Storage | None = None) -> Bus:
         return Bus(storage or self.storage(), prefix=self.prefix, routes=routes,
                    settings=self.settings)
+
+
+def _load_function(path: str) -> CredentialProvider:
+    module_name, sep, name = path.partition(":")
+    if not sep:
+        raise OptionError(f"credential_provider {path!r}: write it as 'package.module:function'")
+    try:
+        found = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as exc:
+        raise OptionError(f"credential_provider {path!r} cannot be imported ({exc}); is the "
+                          "module installed on the driver and on every executor?") from exc
+    if not callable(found):
+        raise OptionError(f"credential_provider {path!r} is not a function")
+    return found  # type: ignore[no-any-return]
 
 
 Contract = str | type[Message]
@@ -203,7 +259,11 @@ def _endpoint(option: str, name: str) -> str:
 def connection_from(options: Mapping[str, str]) -> Connection:
     return Connection(connection_string=options.get("connection_string") or None,
                       account_name=options.get("account_name") or None,
-                      prefix=options.get("prefix", ""), settings=sealing_from(options))
+                      prefix=options.get("prefix", ""), settings=sealing_from(options),
+                      sas_token=options.get("sas_token") or None,
+                      token=options.get("token") or None,
+                      credential_provider=options.get("credential_provider") or None,
+                      endpoints=options.get("endpoints") or None)
 
 
 def sealing_from(options: Mapping[str, str]) -> Settings | None:
