@@ -27,7 +27,7 @@
         ├── QueueFull        a destination's queue is at its configured depth: try later
         └── Contention       a row kept changing under a step that is safe to run again
 
-The Spark integration's own errors (``OptionError``, ``RowError``, ``StagingError``) derive
+The Spark integration's own errors (``OptionError``, ``RowError``) derive
 from ``BusError`` as well. What a handler raises to steer retries (``RetryAfter``, ``Reject``,
 ``Abandon``: ``bus.retry``) are requests, not errors, and stay apart.
 

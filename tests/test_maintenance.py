@@ -29,7 +29,8 @@ def test_adoption_runs_though_the_sweep_and_the_recovery_fail() -> None:
     report = maintenance_pass(bus, stalled_seconds=0.0)
     assert report.adopted == {"ticks": 3}
     assert report.sweep is None and report.recovered == {}
-    assert report.failed == ["the sweep", "recovering at ticks"]
+    assert report.failed == ["the sweep", "recovering at ticks",
+                             "forgetting old send-ledger rows"]
 
 
 def test_a_pass_over_a_healthy_bus_reports_every_part() -> None:

@@ -6,6 +6,7 @@ list complete):
 * ``send``       - a sender outside any handler: token first, then the signal.
 * ``sendgroup``  - concurrent sends of one process sharing their requests.
 * ``ledger``     - sending once per message id from outside a handler.
+* ``marked``     - many messages at once, each once per message id: tokens with send marks.
 * ``sealing``    - a copy encrypted and signed as it is made; checked and opened on receipt.
 * ``courier``    - putting one copy on its way: token, claim-check payload, signal.
 * ``bundles``    - several signals for one queue in one queue message.

@@ -8,7 +8,7 @@ import inspect
 import bus
 import bus.errors
 from bus.integrations.spark.options import OptionError
-from bus.integrations.spark.writer import RowError, StagingError
+from bus.integrations.spark.writer import RowError
 
 
 def test_the_package_exports_exactly_these_names() -> None:
@@ -28,7 +28,7 @@ def test_every_error_is_a_bus_error() -> None:
     errors = [value for _, value in inspect.getmembers(bus.errors, inspect.isclass)
               if issubclass(value, Exception)]
     assert len(errors) >= 20
-    for error in [*errors, OptionError, RowError, StagingError]:
+    for error in [*errors, OptionError, RowError]:
         assert issubclass(error, bus.errors.BusError), error
     exported = [getattr(bus, name) for name in bus.__all__]
     assert all(issubclass(e, bus.errors.BusError) for e in exported

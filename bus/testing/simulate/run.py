@@ -267,10 +267,14 @@ def _knobs(seed: int, rng: random.Random, profile: FaultProfile) -> Knobs:
 
 def _settings(seed: int, layout: random.Random) -> Settings:
     horizon = random.Random(seed ^ 0x0AF4)  # a short orphan age in half of the runs
+    # In a third of the runs the hosts give up after 3 deliveries (the host's poison queue,
+    # adoption, replays: often), in the others after 50 (seldom).
+    deliveries = random.Random(seed ^ 0xDE1).choice((3, 50, 50))
     return SETTINGS.model_copy(update={
         "slot_cache_size": layout.choice((0, 4, 1024)),
         "signal_bundles": layout.random() < 0.75, "group_sends": layout.random() < 0.75,
-        "orphan_age_seconds": horizon.choice((ORPHAN_AGE_SECONDS, 1e9))})
+        "orphan_age_seconds": horizon.choice((ORPHAN_AGE_SECONDS, 1e9)),
+        "max_delivery_count": deliveries})
 
 
 def _seen_at_the_end(bus: Bus, storage: InMemoryStorage, garbage: set[str]) -> Counter[str]:
