@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def local_session(name: str, master: str = "local[2,3]") -> Any:
     """Two cores, failed tasks retried (3 attempts); the workers run this interpreter and can
-    import this repository (``spark.contracts``)."""
+    import this repository (``spark.contracts``). ``format("bus")`` is registered where Spark
+    has the Python Data Source API (4.0 on); Spark 3.x has ``bus.spark.publish/receive``."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # stay on the loopback interface
@@ -33,7 +34,8 @@ def local_session(name: str, master: str = "local[2,3]") -> Any:
              .config("spark.driver.memory", "1g")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    bus.spark.register(spark)
+    if hasattr(spark, "dataSource"):
+        bus.spark.register(spark)
     return spark
 
 

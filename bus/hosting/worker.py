@@ -15,15 +15,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from tenacity import (
-    RetryCallState,
-    wait_exponential_jitter,
-)
+from tenacity import RetryCallState
 from tenacity.wait import wait_base
 
 from bus.bus import Bus
 from bus.hosting.breaker import CircuitBreaker
 from bus.hosting.leases import LeaseKeeper
+from bus.hosting.retry import exponential_jitter
 from bus.hosting.settlement import Settlement
 from bus.storage import NotFound, QueueMessage, StorageError, Throttled, TransientError
 
@@ -54,7 +52,7 @@ class Worker:
         self.breaker = breaker or CircuitBreaker(bus, endpoint, clock=bus.clock)
         self.settlement = Settlement(
             bus, endpoint, self, in_process_tries=in_process_tries, sleep=sleep,
-            wait=wait or wait_exponential_jitter(multiplier=0.05, max=2.0),
+            wait=wait or exponential_jitter(),
             breaker=self.breaker)
 
     poisons_at_max = False

@@ -24,6 +24,15 @@ def test_a_connection_string_chooses_azure() -> None:
     assert isinstance(open_storage("UseDevelopmentStorage=true"), AzureStorage)
 
 
+def test_development_storage_is_azurite_on_its_default_ports() -> None:
+    """With every SDK release the bus supports (the queue and blob SDKs learnt the shorthand
+    late: requirements-py310.txt pins older ones)."""
+    storage = AzureStorage.from_connection_string("usedevelopmentstorage=TRUE;")
+    services = [vars(port)["_service"] for port in (storage.blobs, storage.queues, storage.tables)]
+    assert [s.url.rstrip("/") for s in services] == [
+        f"http://127.0.0.1:{port}/devstoreaccount1" for port in (10000, 10001, 10002)]
+
+
 @pytest.mark.parametrize(("value", "says"), [
     ("", "is empty"), ("   ", "is empty"),
     ("no such thing", "is not an Azure Storage connection string")])

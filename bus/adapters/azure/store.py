@@ -382,11 +382,33 @@ def _etag(result: Any) -> str:
     return str(result.get("etag", ""))
 
 
+_DEVELOPMENT_STORAGE = (
+    "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=Eby8vdM02xNOcqFlqUwJ"
+    "PLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;"
+    "BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;"
+    "QueueEndpoint=http://127.0.0.1:10001/devstoreaccount1;"
+    "TableEndpoint=http://127.0.0.1:10002/devstoreaccount1")
+"""Azurite's well-known account on its default ports: what ``UseDevelopmentStorage=true``
+stands for."""
+
+
+def _spelled_out(connection_string: str) -> str:
+    """``UseDevelopmentStorage=true`` as the connection string it stands for, which every SDK
+    release reads: the queue and blob SDKs know the shorthand only from azure-storage-queue
+    12.15 and azure-storage-blob 12.28 on, and the bus supports older ones (pyproject.toml)."""
+    for part in connection_string.split(";"):
+        name, _, value = part.partition("=")
+        if name.strip().lower() == "usedevelopmentstorage" and value.strip().lower() == "true":
+            return _DEVELOPMENT_STORAGE
+    return connection_string
+
+
 class AzureStorage(Storage):
     """The three ports over one storage account."""
 
     @classmethod
     def from_connection_string(cls, connection_string: str) -> AzureStorage:
+        connection_string = _spelled_out(connection_string)
         return cls(
             AzureQueues(QueueServiceClient.from_connection_string(
                 connection_string, **_client_options())),
