@@ -6,6 +6,7 @@ from bus.integrations.spark import (
     OptionError,
     PublishResult,
     RowError,
+    commit_read,
     forget_read,
     publish,
     receive,
@@ -14,5 +15,5 @@ from bus.integrations.spark import (
     sweep_staging,
 )
 
-__all__ = ["OptionError", "PublishResult", "RowError", "forget_read", "publish", "receive",
-           "register", "subscribe", "sweep_staging"]
+__all__ = ["OptionError", "PublishResult", "RowError", "commit_read", "forget_read", "publish",
+           "receive", "register", "subscribe", "sweep_staging"]

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from bus.integrations.spark.compat import (
+    commit_read,
     forget_read,
     publish,
     receive,
@@ -48,5 +49,5 @@ def register(spark: SparkSession) -> None:
     _register(spark)
 
 
-__all__ = ["OptionError", "PublishResult", "RowError", "forget_read", "publish", "receive",
-           "register", "subscribe", "sweep_staging"]
+__all__ = ["OptionError", "PublishResult", "RowError", "commit_read", "forget_read", "publish",
+           "receive", "register", "subscribe", "sweep_staging"]
