@@ -270,6 +270,8 @@ def test_batch_reads_and_micro_batches_in_several_partitions(
     rows = read.select("message_id", spark_partition_id().alias("p")).collect()
     assert sorted(r.message_id for r in rows) == sorted(f"m{i}" for i in range(40))
     assert Counter(r.p for r in rows) == {0: 10, 1: 10, 2: 10, 3: 10}
+    assert bus.spark.commit_read("sink", "wide", connection_string=conn["connection_string"],
+                                 prefix=conn["prefix"]) == 40
     for i in range(40, 70):
         client.send(RecordSale(sale_id=f"s{i}", amount=i), message_id=f"m{i}")
     shares: list[Counter[int]] = []

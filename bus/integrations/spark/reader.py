@@ -140,14 +140,14 @@ class Drainer:
         tokens stay live, so ``seen`` (the attempt ids the read took so far, in its other
         batches; updated) keeps another copy of one from being taken again."""
         rows = [] if fresh else self._staging.rows(key)
+        seen = set() if seen is None else seen
+        seen.update(row_key for row_key, _ in rows if row_key != MARKER)
         if rows and rows[-1][0] == MARKER:
             return len(rows) - 1
         if rows and settle:  # a batch that was never closed: settle what it holds, carry on
             log.warning("batch %s was left open by a crash: settling its %d messages",
                         key, len(rows))
             self._resettle([values for _, values in rows])
-        seen = set() if seen is None else seen
-        seen.update(row_key for row_key, _ in rows)
         count = len(rows)
         while count < limit:
             received = self._staging.retried(self._bus.storage.queues.receive, self._queue,

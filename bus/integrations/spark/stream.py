@@ -33,9 +33,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from bus.errors import Conflict, Contention, NotFound, PreconditionFailed
 from bus.integrations.spark.options import OptionError
 from bus.integrations.spark.reader import Drainer
-from bus.integrations.spark.staging import MARKER, StagedRow, Staging
+from bus.integrations.spark.staging import MARKER, Staging
+from bus.storage import Entity
 
 _CURSOR = "cursor"
 DEFAULT = -1
@@ -58,6 +60,7 @@ class StreamConsumer:
         self._poll = poll_seconds
         self._clock = clock
         self._sleep = sleep
+        self._etag = ""
         self._cursor = self._load_cursor()
         self._returned: int | None = None  # the highest offset answered by this process
         self._absent: int | None = None  # a batch known not to be staged
@@ -164,20 +167,44 @@ class StreamConsumer:
                 self._sleep(wait)
 
     def _load_cursor(self) -> dict[str, int]:
-        values = self._staging.get(f"s~{self.consumer}", _CURSOR)
-        endpoint = self._drainer.endpoint
-        if values is None:
+        try:
+            entity = self._staging.retried(self._staging.tables.get, self._staging.table,
+                                           f"s~{self.consumer}", _CURSOR)
+        except NotFound:
+            self._etag = ""
             return {"staged": 0, "committed": 0}
+        values = entity.properties
+        endpoint = self._drainer.endpoint
         if values.get("endpoint") != endpoint:
             raise OptionError(f"consumer {self.consumer!r} reads endpoint "
                               f"{values.get('endpoint')!r}, not {endpoint!r}: a consumer name "
                               "belongs to one query")
+        self._etag = entity.etag
         return {"staged": int(str(values["staged"])), "committed": int(str(values["committed"]))}
 
     def _save_cursor(self) -> None:
-        self._staging.upsert(f"s~{self.consumer}", StagedRow(_CURSOR, {
-            "endpoint": self._drainer.endpoint, **self._cursor}))
-
+        """Write the cursor over the one it was read as (compare-and-swap), so a write that
+        lands late cannot move it back; if it changed meanwhile (such a write of ours, or of
+        an earlier reader of this consumer), both are merged: each number only grows."""
+        for _ in range(10):
+            entity = Entity(f"s~{self.consumer}", _CURSOR, {
+                "endpoint": self._drainer.endpoint, **self._cursor})
+            tables, table = self._staging.tables, self._staging.table
+            try:
+                if self._etag:
+                    self._etag = self._staging.retried(tables.replace, table, entity,
+                                                       etag=self._etag)
+                else:
+                    self._etag = self._staging.retried(tables.insert, table, entity)
+                return
+            except (PreconditionFailed, Conflict):
+                wanted = dict(self._cursor)
+                found = self._load_cursor()
+                self._cursor = {name: max(wanted[name], found[name]) for name in wanted}
+                if self._cursor == found:
+                    return
+        raise Contention(f"the cursor of consumer {self.consumer!r} keeps changing: is "
+                         "another query running with that consumer name?")
 
 def split(keys: list[str], parts: int) -> list[list[str]]:
     """``keys`` in at most ``parts`` runs of consecutive keys, as even as can be."""

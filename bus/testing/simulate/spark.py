@@ -150,8 +150,12 @@ def reader(world: World, bus: Bus, checkpoint: Checkpoint,
         staging = Staging(bus.storage, bus.names.prefix, sleep=world.sleep,
                           random=world.rng.random)
         drainer = Drainer(bus, staging, READER, lease_seconds=10.0, parallelism=1)
+        ready = False
         while True:
             try:
+                if not ready:  # (the write job may not have created it yet)
+                    staging.ensure()
+                    ready = True
                 if checkpoint.batch:
                     _batch_job(world, BatchRead(drainer, staging), staging, checkpoint, counts)
                     continue
