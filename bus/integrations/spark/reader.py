@@ -292,7 +292,13 @@ class Drainer:
         """Settle staged rows of a batch read (``stage(settle=False)``): consume their tokens,
         delete their claim-check blobs, then the queue messages they wholly hold (a message
         whose lease ran out is not found: it comes back and is dropped as a duplicate)."""
-        self._resettle(list(rows))
+        attempts = [str(values["attempt_id"]) for values in rows]
+        if attempts:  # 100 a request (a token gone already is fine)
+            self._staging.retried(self._bus.inbox.consume_many, self.endpoint, attempts)
+        each(self._parallelism, lambda ref: self._staging.retried(self._bus.payloads.delete, ref),
+             [PayloadRef(container=str(values["payload_container"]),
+                         blob=str(values["payload_blob"]))
+              for values in rows if "payload_blob" in values])
         each(self._parallelism, self._delete_staged, _whole_messages(rows))
 
     def release_rows(self, rows: Sequence[Mapping[str, EntityValue]]) -> None:
