@@ -6,6 +6,7 @@ from bus.integrations.spark import (
     OptionError,
     PublishResult,
     RowError,
+    commit_read,
     forget_read,
     publish,
     receive,
@@ -15,5 +16,5 @@ from bus.integrations.spark import (
     write_results,
 )
 
-__all__ = ["OptionError", "PublishResult", "RowError", "forget_read", "publish", "receive",
-           "register", "subscribe", "sweep_staging", "write_results"]
+__all__ = ["OptionError", "PublishResult", "RowError", "commit_read", "forget_read", "publish",
+           "receive", "register", "subscribe", "sweep_staging", "write_results"]

@@ -67,6 +67,16 @@ class Safeguards:
     stage_before_settle: bool = True
     """The Spark reader stages the messages it takes before it consumes their tokens and
     deletes their queue messages, so a batch that stops in between loses nothing."""
+    settle_reads_on_commit: bool = True
+    """A Spark batch read settles what it takes only when it is committed (its results are
+    stored), so a run that fails leaves its messages to the next read, whatever its run key."""
+    abandon_failed_reads: bool = True
+    """A Spark batch read first gives up the reads of its endpoint that were never committed
+    (their run keys can no longer be read or committed), so a failed run's messages, read
+    again by a later run, are not delivered by a re-run of the failed one as well."""
+    finish_commits: bool = True
+    """A Spark batch read first finishes the commits of its endpoint that stopped half-way, so
+    it does not take again the messages of a read that counts already."""
 
 
 BREAKS: dict[str, tuple[Safeguards, str]] = {
@@ -118,4 +128,13 @@ BREAKS: dict[str, tuple[Safeguards, str]] = {
                    "send_once_many writes the send marks and the tokens in two requests"),
     "settle-before-stage": (Safeguards(stage_before_settle=False),
                             "the Spark reader settles what it takes before staging it"),
+    "settle-reads-early": (Safeguards(settle_reads_on_commit=False),
+                           "a Spark batch read settles what it takes when it stages it, "
+                           "before its results are stored"),
+    "keep-failed-reads": (Safeguards(abandon_failed_reads=False),
+                          "a Spark batch read leaves the uncommitted reads before it as they "
+                          "are (they can still be read again and committed)"),
+    "skip-unfinished-commits": (Safeguards(finish_commits=False),
+                                "a Spark batch read does not finish a commit that stopped "
+                                "half-way before it takes messages"),
 }

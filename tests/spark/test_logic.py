@@ -14,10 +14,11 @@ import pytest
 from bus import Bus, BusError
 from bus.adapters.memory import InMemoryStorage, NoFaults
 from bus.envelope import encode_bundle
+from bus.integrations.spark.batch import BatchRead, ReadClosed
 from bus.integrations.spark.options import Connection, OptionError, WriteOptions, write_options
 from bus.integrations.spark.reader import Drainer, staged_rows, subscribe
 from bus.integrations.spark.staging import Staging
-from bus.integrations.spark.stream import StreamConsumer
+from bus.integrations.spark.stream import StreamConsumer, split
 from bus.integrations.spark.writer import (
     JobWriter,
     MessageMapper,
@@ -203,9 +204,10 @@ def test_parsed_columns_and_wrong_types(bus: Bus) -> None:
     assert bus.storage.queues.depth(bus.names.poison_queue("sink")) == 1
 
 
-def consumer(bus: Bus, clock: Clock, d: Drainer | None = None) -> StreamConsumer:
-    return StreamConsumer(d or drainer(bus), Staging(bus.storage, ""), "c1", batch_size=4,
-                          poll_seconds=0, clock=time.monotonic)
+def consumer(bus: Bus, clock: Clock, d: Drainer | None = None, *, max_rows: int | None = 4,
+             partitions: int = 1) -> StreamConsumer:
+    return StreamConsumer(d or drainer(bus), Staging(bus.storage, ""), "c1", max_rows=max_rows,
+                          partitions=partitions, poll_seconds=0, clock=time.monotonic)
 
 
 def batch_ids(bus: Bus, c: StreamConsumer, batch: int) -> list[str]:
@@ -251,15 +253,57 @@ def test_a_crash_between_staging_and_settling_loses_and_doubles_nothing(
     assert bus.storage.queues.depth(bus.names.queue("sink")) == 0
 
 
-def test_spark_4_0_calls_without_a_start_offset(bus: Bus, clock: Clock) -> None:
-    send(bus, 2)
-    c = consumer(bus, clock)
-    assert c.latest_offset() == {"batch": 0}  # first call: the last staged batch
-    assert c.latest_offset() == {"batch": 1}
-    restarted = consumer(bus, clock)
-    assert restarted.latest_offset() == {"batch": 1}  # Spark decides whether it is new
-    send(bus, 1, start=2)
+def test_spark_4_0_and_4_1_calls_without_a_start_offset(bus: Bus, clock: Clock) -> None:
+    """As PySpark 4.1.4's worker drives a stream reader (``python_streaming_source_runner.py``:
+    ``initialOffset()``, ``latestOffset()`` with no arguments, ``partitions(start, end)``,
+    ``commit(end)``) under ``Trigger.AvailableNow``, which Spark 4.0/4.1 run as one batch: each
+    run's one ``latestOffset()`` must take what is there, the first after a restart too."""
+    send(bus, 6)
+    c = consumer(bus, clock, max_rows=None)
+    start = c.initial_offset()
+    assert start == {"batch": 0}
+    end = c.latest_offset()  # the run's one call: everything the queue holds
+    assert end == {"batch": 1} and len(batch_ids(bus, c, 1)) == 6
+    assert c.batch_keys(start, end) == [c.batch_key(1)]
+    c.commit(end)
+    send(bus, 2, start=6)
+    restarted = consumer(bus, clock, max_rows=None)  # the next run: a new reader
     assert restarted.latest_offset() == {"batch": 2}
+    assert sorted(batch_ids(bus, restarted, 2)) == ["m6", "m7"]
+    # That run dies before Spark logs the offset: the next one reads batch 2 with its own.
+    send(bus, 1, start=8)
+    again = consumer(bus, clock, max_rows=None)
+    assert again.latest_offset() == {"batch": 3}
+    assert again.batch_keys({"batch": 1}, {"batch": 3}) == [again.batch_key(2),
+                                                           again.batch_key(3)]
+    assert again.latest_offset() == {"batch": 3}  # nothing new: Spark sees no new data
+
+
+def test_available_now_reads_what_the_queue_held_when_it_began(bus: Bus, clock: Clock) -> None:
+    send(bus, 10)
+    c = consumer(bus, clock)  # at most 4 per micro-batch
+    c.prepare_available_now()
+    assert c.latest_offset({"batch": 0}, 4) == {"batch": 1}
+    send(bus, 5, start=10)  # arrives during the run: left to the next one
+    assert c.latest_offset({"batch": 1}, 4) == {"batch": 2}
+    assert c.latest_offset({"batch": 2}, 4) == {"batch": 3}
+    assert c.latest_offset({"batch": 3}, 4) == {"batch": 3}  # the end of the run
+    seen = [m for b in (1, 2, 3) for m in batch_ids(bus, c, b)]
+    assert sorted(seen) == sorted(f"m{i}" for i in range(10))
+    assert bus.storage.queues.depth(bus.names.queue("sink")) == 5
+
+
+def test_read_limits_and_partitions(bus: Bus, clock: Clock) -> None:
+    send(bus, 10)
+    c = consumer(bus, clock, max_rows=None, partitions=3)
+    assert c.latest_offset({"batch": 0}, None) == {"batch": 3}  # all it holds, in 3 batches
+    assert [len(batch_ids(bus, c, b)) for b in (1, 2, 3)] == [4, 4, 2]
+    assert c.splits({"batch": 0}, {"batch": 3}) == [[c.batch_key(1)], [c.batch_key(2)],
+                                                    [c.batch_key(3)]]
+    send(bus, 3, start=10)
+    assert c.latest_offset({"batch": 3}, 2) == {"batch": 5}  # Spark's ReadMaxRows(2)
+    assert [len(batch_ids(bus, c, b)) for b in (4, 5)] == [1, 1]
+    assert split([f"k{i}" for i in range(5)], 2) == [["k0", "k1", "k2"], ["k3", "k4"]]
 
 
 def test_a_consumer_belongs_to_one_endpoint(bus: Bus, clock: Clock) -> None:
@@ -267,7 +311,7 @@ def test_a_consumer_belongs_to_one_endpoint(bus: Bus, clock: Clock) -> None:
     consumer(bus, clock).latest_offset({"batch": 0})
     other = Drainer(bus, Staging(bus.storage, ""), "elsewhere")
     with pytest.raises(OptionError, match="reads endpoint 'sink'"):
-        StreamConsumer(other, Staging(bus.storage, ""), "c1", batch_size=4)
+        StreamConsumer(other, Staging(bus.storage, ""), "c1", max_rows=4)
 
 
 def test_drain_takes_bundles_apart_and_leaves_the_rest_for_the_next_batch(bus: Bus) -> None:
@@ -310,3 +354,63 @@ def test_connections_take_one_way_to_sign() -> None:
     assert isinstance(token, StaticToken) and token.get_token("scope").expires_on == 1900000000
     opaque = StaticToken("not-a-jwt")
     assert 3500 < opaque.expires_on - time.time() <= 3600
+
+
+# -- batch reads ---------------------------------------------------------------------------------
+def reads(bus: Bus) -> BatchRead:
+    return BatchRead(drainer(bus), Staging(bus.storage, ""))
+
+
+def read_ids(bus: Bus, keys: list[str]) -> list[str]:
+    return [r[0] for key in keys for r in staged_rows(Staging(bus.storage, ""), key, None)]
+
+
+def test_a_batch_read_settles_its_messages_only_when_committed(bus: Bus) -> None:
+    send(bus, 5)
+    keys = reads(bus).read("k1", 100)
+    assert sorted(read_ids(bus, keys)) == [f"m{i}" for i in range(5)]
+    assert len(bus.inbox.all()) == 5  # taken, not settled: the tokens are live
+    assert reads(bus).read("k1", 100) == keys  # a re-run reads the same rows
+    assert reads(bus).commit("k1") == 5
+    assert bus.inbox.all() == [] and bus.storage.queues.depth(bus.names.queue("sink")) == 0
+    assert bus.storage.tables.query(Staging(bus.storage, "").table, "r~sink~k1~0") == []
+    assert reads(bus).commit("k1") == 5  # again: harmless
+    with pytest.raises(ReadClosed, match="was committed"):
+        reads(bus).read("k1", 100)
+    assert reads(bus).forget("k1") == 5
+    assert read_ids(bus, reads(bus).read("k1", 100)) == []  # forgotten: a new read
+
+
+def test_a_read_never_committed_is_given_up_by_the_next_whatever_its_run_key(bus: Bus) -> None:
+    send(bus, 5)
+    reads(bus).read("day-1", 100)  # its job fails before storing anything
+    keys = reads(bus).read("day-2", 100)  # at once: day-1's messages are made visible again
+    assert sorted(read_ids(bus, keys)) == [f"m{i}" for i in range(5)]
+    with pytest.raises(ReadClosed, match="given up"):
+        reads(bus).read("day-1", 100)
+    with pytest.raises(ReadClosed, match="given up"):
+        reads(bus).commit("day-1")
+    assert reads(bus).commit("day-2") == 5
+    assert bus.inbox.all() == [] and bus.storage.queues.depth(bus.names.queue("sink")) == 0
+
+
+def test_a_commit_that_stopped_half_way_is_finished_by_the_next_read(
+        bus: Bus, clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    send(bus, 4)
+    reads(bus).read("k1", 100)
+    monkeypatch.setattr(Drainer, "settle_rows", lambda *a: (_ for _ in ()).throw(OSError("x")))
+    with pytest.raises(OSError):
+        reads(bus).commit("k1")  # the read counts from here on
+    monkeypatch.undo()
+    clock.t += 3600  # its leases ran out: the copies are back, their tokens still live
+    assert read_ids(bus, reads(bus).read("k2", 100)) == []  # k1 finished first: duplicates
+    assert reads(bus).commit("k1") == 4
+    assert bus.inbox.all() == [] and bus.storage.queues.depth(bus.names.queue("sink")) == 0
+
+
+def test_a_batch_read_in_partitions(bus: Bus) -> None:
+    send(bus, 10)
+    keys = reads(bus).read("wide", 100, partitions=3)
+    assert [len(read_ids(bus, [key])) for key in keys] == [4, 4, 2]
+    assert sorted(read_ids(bus, keys)) == sorted(f"m{i}" for i in range(10))
+    assert reads(bus).commit("wide") == 10

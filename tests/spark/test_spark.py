@@ -4,9 +4,13 @@ needs Spark 4.
 
 Writes: a batch write sends each row once from its task; a task that fails mid-partition and
 is retried sends nothing twice; a re-run sends only new rows; a driver that dies after the
-tasks sent loses and doubles nothing. Reads: a batch read
-stages once per run key; a streaming query that fails mid-batch and restarts from its checkpoint
-sees every message exactly once. And the Spark 3.4 functions on the same session.
+tasks sent loses and doubles nothing; a streaming sink; notebook contracts; a SAS or a
+credential provider on the executors. Reads: a batch read
+stages once per run key and settles on ``commit_read``, a failed one is read again by the next
+run whatever its run key; a streaming query that fails mid-batch and restarts from its
+checkpoint sees every message exactly once; ``Trigger.AvailableNow`` reads what is there, in
+several batches with ``max_rows_per_trigger`` (and on Spark 4.0/4.1's calls); batch reads and
+micro-batches in several partitions. And the Spark 3.4 functions on the same session.
 """
 
 from __future__ import annotations
@@ -89,12 +93,18 @@ def test_batch_write_then_batch_read(spark: Any, conn: dict[str, str], client: B
     assert len({r.message_id for r in rows}) == 40
     assert {r.sale_id: r.amount for r in rows} == {f"sale-{i}": i for i in range(40)}
     assert {r.source for r in rows} == {"client"} and rows[0].sent_at is not None
-    assert depth(client) == 0
     write(sales(spark, 1), conn, key_column="sale_id", run_key="later")  # another message
     again = read.load().collect()  # the run key's rows stay what they were
     assert sorted(r.message_id for r in again) == sorted(r.message_id for r in rows)
-    assert bus.spark.forget_read("sink", "read-1", connection_string=conn["connection_string"],
-                                 prefix=conn["prefix"]) == 41  # 40 rows and the closing marker
+    options = {"connection_string": conn["connection_string"], "prefix": conn["prefix"]}
+    assert tokens(client) == 41  # taken, not settled: the 40 wait for the commit
+    assert bus.spark.commit_read("sink", "read-1", **options) == 40  # the results are stored
+    assert tokens(client) == 1
+    with pytest.raises(Exception, match="was committed"):
+        read.load().collect()
+    assert bus.spark.forget_read("sink", "read-1", **options) == 40
+    [later] = read.load().collect()
+    assert later.sale_id == "sale-0" and later.message_id not in {r.message_id for r in rows}
 
 
 @pytest.mark.parametrize("via", [pytest.param("format", marks=data_source), "publish"])
@@ -211,7 +221,135 @@ def test_spark_3_4_functions_publish_and_receive_events(
     assert sorted(r.sale_id for r in got.collect()) == sorted(f"sale-{i}" for i in range(20))
     assert {r.topic for r in got.collect()} == {"SaleRecorded"}
     again = bus.spark.receive(spark, "watcher", run_key="w1", **options)
-    assert again.count() == 20 and depth(client, "watcher") == 0
+    assert again.count() == 20
+    assert bus.spark.commit_read("watcher", "w1", **options) == 20
+    assert depth(client, "watcher") == 0
+
+
+# -- Trigger.AvailableNow, admission control, partitions, failed batch reads ----------------------
+def _available_now(spark: Any, tmp_path: Path, source: str, conn: dict[str, str],
+                   **options: str) -> list[list[str]]:
+    """One ``Trigger.AvailableNow`` run of a query on ``source``; the message ids of each
+    non-empty micro-batch, in order."""
+    batches: dict[int, list[str]] = {}
+
+    def sink(batch: Any, batch_id: int) -> None:
+        ids = sorted(r.message_id for r in batch.select("message_id").collect())
+        if ids:
+            batches[batch_id] = ids
+
+    stream = spark.readStream.format(source).options(**conn, endpoint="sink", **options).load()
+    query = (stream.writeStream.foreachBatch(sink)
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(180), "the AvailableNow query did not end"
+    return [batches[b] for b in sorted(batches)]
+
+
+@data_source
+def test_available_now_reads_everything_available_in_batches_of_max_rows_per_trigger(
+        spark: Any, conn: dict[str, str], client: Bus, tmp_path: Path) -> None:
+    for i in range(25):
+        client.send(RecordSale(sale_id=f"s{i}", amount=i), message_id=f"m{i}")
+    options = {"consumer": "now", "max_rows_per_trigger": "10"}
+    first = _available_now(spark, tmp_path, "bus", conn, **options)
+    ids = Counter(i for batch in first for i in batch)
+    assert max(ids.values()) == 1
+    if tuple(int(p) for p in spark.version.split(".")[:2]) < (4, 2):
+        # Spark 4.0/4.1 run AvailableNow as one batch (their Trigger.Once fallback).
+        assert [len(b) for b in first] == [10]
+        return
+    assert [len(b) for b in first] == [10, 10, 5]  # several batches, each at most 10
+    assert set(ids) == {f"m{i}" for i in range(25)}
+    for i in range(25, 32):  # more while no query runs: the next run reads them
+        client.send(RecordSale(sale_id=f"s{i}", amount=i), message_id=f"m{i}")
+    second = _available_now(spark, tmp_path, "bus", conn, **options)
+    assert sorted(i for batch in second for i in batch) == sorted(
+        {f"m{i}" for i in range(32)} - {i for batch in first for i in batch})
+    assert depth(client) == 0
+
+
+@data_source
+def test_available_now_on_spark_4_0_and_4_1_calls(spark: Any, conn: dict[str, str],
+                                                  client: Bus, tmp_path: Path) -> None:
+    """``bus_spark40`` is the reader as Spark 4.0/4.1 call it (tests/spark/shapes.py): each
+    AvailableNow run is one batch of everything available then."""
+    from tests.spark.shapes import Spark40Source
+
+    spark.dataSource.register(Spark40Source)
+    for i in range(12):
+        client.send(RecordSale(sale_id=f"s{i}", amount=i), message_id=f"m{i}")
+    first = _available_now(spark, tmp_path, "bus_spark40", conn, consumer="old")
+    assert [sorted(b) for b in first] == [sorted(f"m{i}" for i in range(12))]
+    for i in range(12, 15):
+        client.send(RecordSale(sale_id=f"s{i}", amount=i), message_id=f"m{i}")
+    second = _available_now(spark, tmp_path, "bus_spark40", conn, consumer="old")
+    assert [sorted(b) for b in second] == [["m12", "m13", "m14"]]
+    assert depth(client) == 0
+
+
+@data_source
+def test_a_failed_batch_read_is_read_again_by_the_next_run_whatever_its_run_key(
+        spark: Any, conn: dict[str, str], client: Bus, tmp_path: Path) -> None:
+    for i in range(20):
+        client.send(RecordSale(sale_id=f"s{i}", amount=i), message_id=f"m{i}")
+    failing = spark.read.format("bus").options(**conn, endpoint="sink", run_key="day-1",
+                                               message_type=SALE).load()
+    with pytest.raises(Exception, match="the job failed"):
+        failing.mapInPandas(_fail, failing.schema).write.parquet(str(tmp_path / "day-1"))
+    # The next run uses a new run key (the scheduler's next day): it gets the messages.
+    rows = spark.read.format("bus").options(**conn, endpoint="sink", run_key="day-2").load()
+    rows.write.parquet(str(tmp_path / "day-2"))
+    stored = spark.read.parquet(str(tmp_path / "day-2")).collect()
+    assert sorted(r.message_id for r in stored) == sorted(f"m{i}" for i in range(20))
+    assert bus.spark.commit_read("sink", "day-2", connection_string=conn["connection_string"],
+                                 prefix=conn["prefix"]) == 20
+    assert depth(client) == 0
+    # The same with the Spark 3.4 function: a receive whose results were never stored.
+    for i in range(20, 26):
+        client.send(RecordSale(sale_id=f"s{i}", amount=i), message_id=f"m{i}")
+    options = {"connection_string": conn["connection_string"], "prefix": conn["prefix"]}
+    assert bus.spark.receive(spark, "sink", run_key="r-1", **options).count() == 6
+    again = bus.spark.receive(spark, "sink", run_key="r-2", **options)  # r-1 failed
+    assert sorted(r.message_id for r in again.collect()) == [f"m{i}" for i in range(20, 26)]
+
+
+def _fail(frames: Any) -> Any:
+    for _ in frames:
+        raise RuntimeError("the job failed after reading")
+    yield from ()
+
+
+@data_source
+def test_batch_reads_and_micro_batches_in_several_partitions(
+        spark: Any, conn: dict[str, str], client: Bus, tmp_path: Path) -> None:
+    from pyspark.sql.functions import spark_partition_id
+
+    for i in range(40):
+        client.send(RecordSale(sale_id=f"s{i}", amount=i), message_id=f"m{i}")
+    read = spark.read.format("bus").options(**conn, endpoint="sink", run_key="wide",
+                                            partitions="4").load()
+    rows = read.select("message_id", spark_partition_id().alias("p")).collect()
+    assert sorted(r.message_id for r in rows) == sorted(f"m{i}" for i in range(40))
+    assert Counter(r.p for r in rows) == {0: 10, 1: 10, 2: 10, 3: 10}
+    assert bus.spark.commit_read("sink", "wide", connection_string=conn["connection_string"],
+                                 prefix=conn["prefix"]) == 40
+    for i in range(40, 70):
+        client.send(RecordSale(sale_id=f"s{i}", amount=i), message_id=f"m{i}")
+    shares: list[Counter[int]] = []
+
+    def sink(batch: Any, batch_id: int) -> None:
+        found = batch.select(spark_partition_id().alias("p")).collect()
+        if found:
+            shares.append(Counter(r.p for r in found))
+
+    stream = spark.readStream.format("bus").options(
+        **conn, endpoint="sink", consumer="wide", partitions="3").load()
+    query = (stream.writeStream.foreachBatch(sink)
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(180)
+    assert shares == [Counter({0: 10, 1: 10, 2: 10})]
 
 
 @data_source

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from bus.integrations.spark.compat import (
+    commit_read,
     forget_read,
     publish,
     receive,
@@ -54,5 +55,5 @@ def register(spark: SparkSession, contracts: Sequence[type[Message]] = ()) -> No
     _register(spark, contracts)
 
 
-__all__ = ["OptionError", "PublishResult", "RowError", "forget_read", "publish", "receive",
-           "register", "subscribe", "sweep_staging", "write_results"]
+__all__ = ["OptionError", "PublishResult", "RowError", "commit_read", "forget_read", "publish",
+           "receive", "register", "subscribe", "sweep_staging", "write_results"]

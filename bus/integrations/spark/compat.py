@@ -6,8 +6,9 @@
 
 ``publish`` sends each partition from its task (``mapInArrow``: Spark keeps one result per
 partition, like a data source's commit messages) and adds up the tasks' reports on the
-driver. ``receive`` drains and stages on the driver and returns the staged rows. Only APIs
-Spark 3.4 has (also on Spark Connect); pyspark and pyarrow are imported inside the functions.
+driver. ``receive`` drains and stages on the driver and returns the staged rows;
+``commit_read`` settles them once the results are stored (``batch``). Only APIs Spark 3.4 has
+(also on Spark Connect); pyspark and pyarrow are imported inside the functions.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from bus.integrations.spark.batch import BatchRead, sweep_reads
 from bus.integrations.spark.options import (
     Connection,
     OptionError,
@@ -24,7 +26,7 @@ from bus.integrations.spark.options import (
     check_message_class,
 )
 from bus.integrations.spark.options import key_columns as _key_columns
-from bus.integrations.spark.reader import Drainer, read_batch_key, schema_ddl, staged_rows
+from bus.integrations.spark.reader import Drainer, schema_ddl, staged_rows
 from bus.integrations.spark.reader import subscribe as _subscribe
 from bus.integrations.spark.staging import Staging
 from bus.integrations.spark.writer import (
@@ -117,8 +119,9 @@ def receive(spark: SparkSession, endpoint: str, *, run_key: str,
             **credentials: Any) -> DataFrame:
     """The messages pending at ``endpoint`` as a DataFrame, each taken exactly once. The
     first call with a ``run_key`` drains and stages; later calls with it return the same rows
-    (until ``forget_read``). Columns: docs/spark.md. ``settings``: signing and encryption
-    (docs/signing.md)."""
+    until ``commit_read``, which settles them once the results are stored: a run that fails
+    before leaves them to the next read, whatever its run key (docs/spark.md). Columns:
+    docs/spark.md. ``settings``: signing and encryption (docs/signing.md)."""
     if message_type is not None and not isinstance(message_type, str):
         message_type = check_message_class(message_type, repr(message_type))
     options = ReadOptions(_connection(connection_string, account_name, prefix, settings,
@@ -133,18 +136,37 @@ def receive(spark: SparkSession, endpoint: str, *, run_key: str,
     contract = options.contract()
     drainer = Drainer(bus, staging, endpoint, contract=contract, lease_seconds=lease_seconds)
     drainer.prepare(options.subscribe)
-    key = read_batch_key(endpoint, run_key)
-    drainer.stage(key, max_messages, close_empty=True)
-    return spark.createDataFrame(staged_rows(staging, key, contract), schema=schema_ddl(contract))
+    keys = BatchRead(drainer, staging).read(run_key, max_messages)
+    rows = [row for key in keys for row in staged_rows(staging, key, contract)]
+    return spark.createDataFrame(rows, schema=schema_ddl(contract))
+
+
+def commit_read(endpoint: str, run_key: str, *, connection_string: str | None = None,
+                account_name: str | None = None, prefix: str = "",
+                settings: Settings | None = None, **credentials: Any) -> int:
+    """The results of the batch read ``run_key`` (``receive`` or ``spark.read``) are stored:
+    settle its messages - they are taken for good - and delete what it staged. Returns how
+    many messages it read. Until it is called, the next read with another run key gives this
+    one up and reads its messages again; after it, the run key cannot be read again (until
+    ``forget_read``). Calling it again is harmless; call it again if it fails."""
+    return _batch_read(endpoint, _connection(connection_string, account_name, prefix,
+                                             settings, credentials)).commit(run_key)
 
 
 def forget_read(endpoint: str, run_key: str, *, connection_string: str | None = None,
-                account_name: str | None = None, prefix: str = "", **credentials: Any) -> int:
-    """Delete what a batch read with ``run_key`` staged (once its results are safely stored);
-    returns how many rows. A later read with that run key drains the queue again."""
-    connection = _connection(connection_string, account_name, prefix, None, credentials)
-    staging = Staging(connection.storage(), prefix)
-    return staging.delete_partition(read_batch_key(endpoint, run_key))
+                account_name: str | None = None, prefix: str = "",
+                settings: Settings | None = None, **credentials: Any) -> int:
+    """Drop the batch read ``run_key``: one not committed is given up (its messages come back
+    and the next read takes them), a committed one is only forgotten; then the run key can be
+    read again, draining the queue anew. Returns how many messages it had staged."""
+    return _batch_read(endpoint, _connection(connection_string, account_name, prefix,
+                                             settings, credentials)).forget(run_key)
+
+
+def _batch_read(endpoint: str, connection: Connection) -> BatchRead:
+    bus = connection.bus()
+    staging = Staging(bus.storage, connection.prefix)
+    return BatchRead(Drainer(bus, staging, endpoint), staging)
 
 
 def subscribe(endpoint: str, topics: Sequence[str] = (), *,
@@ -163,10 +185,12 @@ def sweep_staging(older_than_seconds: float = 24 * 3600.0, *,
                   connection_string: str | None = None, account_name: str | None = None,
                   prefix: str = "", **credentials: Any) -> int:
     """Delete staging nobody will read again: write staging left by versions before tasks
-    sent themselves (older than ``older_than_seconds``) and a stream's committed batches;
-    returns how many staging partitions. A table scan: schedule it daily."""
+    sent themselves (older than ``older_than_seconds``), a stream's committed batches, and
+    rows of batch reads done or given up that a late write left; returns how many staging
+    partitions. A table scan: schedule it daily."""
     connection = _connection(connection_string, account_name, prefix, None, credentials)
-    return sweep(Staging(connection.storage(), prefix), older_than_seconds)
+    staging = Staging(connection.storage(), prefix)
+    return sweep(staging, older_than_seconds) + sweep_reads(staging)
 
 
 _CREDENTIALS = ("sas_token", "token", "credential_provider", "endpoints")

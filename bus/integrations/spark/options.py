@@ -222,7 +222,9 @@ class ReadOptions:
     connection: Connection
     endpoint: str
     message_class: Contract | None = None
-    max_messages: int = 10_000
+    max_messages: int = 10_000  # batch reads: at most this many messages
+    max_rows_per_trigger: int | None = None  # streaming reads: per micro-batch; None: all
+    partitions: int = 1  # input partitions of a batch read or a micro-batch
     lease_seconds: float = 300.0
     subscribe: tuple[str, ...] = ()
     run_key: str | None = None  # batch reads: the staging key
@@ -242,7 +244,11 @@ class ReadOptions:
                               "'_' or '-'): a re-run with the same run key reads the same "
                               "messages")
         if not 1 <= self.max_messages <= 100_000:
-            raise OptionError("max_messages / batch_size must be between 1 and 100000")
+            raise OptionError("max_messages must be between 1 and 100000")
+        if self.max_rows_per_trigger is not None and self.max_rows_per_trigger < 1:
+            raise OptionError("max_rows_per_trigger must be at least 1")
+        if not 1 <= self.partitions <= 1_000:
+            raise OptionError("partitions must be between 1 and 1000")
         if self.lease_seconds < 30:
             raise OptionError("lease_seconds must be at least 30")
         self.contract()
@@ -335,11 +341,15 @@ def read_options(options: Mapping[str, str], *, streaming: bool,
     endpoint = options.get("endpoint")
     if not endpoint:
         raise OptionError("set the option 'endpoint': the bus endpoint whose queue to read")
-    size_name = "batch_size" if streaming else "max_messages"
+    per_trigger = [name for name in ("max_rows_per_trigger", "batch_size") if options.get(name)]
+    if len(per_trigger) > 1:
+        raise OptionError("give max_rows_per_trigger or batch_size (its old name), not both")
     opts = ReadOptions(
         connection=connection_from(options), endpoint=endpoint,
         message_class=_registered(options.get("message_type") or None, contracts),
-        max_messages=_int(options, size_name, 1_000 if streaming else 10_000),
+        max_messages=_int(options, "max_messages", 10_000),
+        max_rows_per_trigger=_int(options, per_trigger[0], 0) if per_trigger else None,
+        partitions=_int(options, "partitions", 1),
         lease_seconds=_float(options, "lease_seconds", 300.0),
         subscribe=tuple(t.strip() for t in options.get("subscribe", "").split(",") if t.strip()),
         run_key=options.get("run_key") or None, consumer=options.get("consumer") or None,

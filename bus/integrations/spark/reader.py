@@ -19,6 +19,11 @@ message copy may be taken only while its inbox token is live (docs/protocol.md).
 Staging comes before settling, so a crash in between loses nothing: the batch's rows are there
 and settling them again is harmless (``stage`` does it when it finds a batch that was never
 closed). A closed batch (its ``~done`` marker row written) is only ever read again.
+
+A batch read (``batch``) stops after step 3 (``settle=False``): its tokens stay live and its
+queue messages leased until the read is committed, and each staged row keeps what settling
+needs later - the queue message's id and pop receipt (``receipt``), and whether the message
+holds nothing else (``whole``: no signal of it was left for a later batch).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import json
 import logging
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -108,6 +113,16 @@ class Drainer:
         self._contract = contract
         self._lease = lease_seconds
         self._parallelism = parallelism
+        self.received = 0
+        """Queue messages received so far (each time it is received)."""
+
+    @property
+    def bus(self) -> Bus:
+        return self._bus
+
+    @property
+    def queue(self) -> str:
+        return self._queue
 
     def prepare(self, topics: Sequence[str] = ()) -> None:
         """Create what reading needs (idempotent): the bus's tables and containers, the
@@ -115,32 +130,43 @@ class Drainer:
         subscribe(self._bus, self.endpoint, topics)
         self._staging.ensure()
 
-    def stage(self, key: str, limit: int, *, close_empty: bool, fresh: bool = False) -> int | None:
+    def stage(self, key: str, limit: int, *, close_empty: bool, fresh: bool = False,
+              settle: bool = True, seen: set[str] | None = None) -> int | None:
         """Take up to ``limit`` messages into the batch ``key`` and close it; returns how many
         it holds. A closed batch is returned as it is. With nothing to take and
         ``close_empty`` false, nothing is written and None is returned. ``fresh``: the caller
-        knows the batch was never started (skips one read)."""
+        knows the batch was never started (skips one read). ``settle`` false: the messages
+        are staged only (a batch read: ``batch``), for ``settle_rows`` to settle later; their
+        tokens stay live, so ``seen`` (the attempt ids the read took so far, in its other
+        batches; updated) keeps another copy of one from being taken again."""
         rows = [] if fresh else self._staging.rows(key)
+        seen = set() if seen is None else seen
+        seen.update(row_key for row_key, _ in rows if row_key != MARKER)
         if rows and rows[-1][0] == MARKER:
             return len(rows) - 1
-        if rows:  # a batch that was never closed: settle what it holds, then carry on
+        if rows and settle:  # a batch that was never closed: settle what it holds, carry on
             log.warning("batch %s was left open by a crash: settling its %d messages",
                         key, len(rows))
             self._resettle([values for _, values in rows])
-        seen = {row_key for row_key, _ in rows}
         count = len(rows)
         while count < limit:
             received = self._staging.retried(self._bus.storage.queues.receive, self._queue,
                                max_messages=min(32, limit - count), lease=self._lease)
             if not received:
                 break
+            self.received += len(received)
             taken, extra = self._sort(parts(received), seen)
             taken, later = taken[:limit - count], taken[limit - count:]
-            if not self._bus.safeguards.stage_before_settle:  # off: a simulation break
+            early = settle and not self._bus.safeguards.stage_before_settle  # a break
+            if early:
                 self._settle(taken, extra)
-            self._staging.put(key, [self._row(t, count + i) for i, t in enumerate(taken)])
-            if self._bus.safeguards.stage_before_settle:
+            kept = {t.part.message.id for t in later}
+            self._staging.put(key, [self._row(t, count + i, whole=t.part.message.id not in kept)
+                                    for i, t in enumerate(taken)])
+            if settle and not early:
                 self._settle(taken, extra)
+            # Unsettled (a batch read), another copy of a signal taken already stays: the one
+            # staged may be that very queue message again, whose receipt is the row's.
             self._release(later)
             count += len(taken)
         if count == 0 and not close_empty:
@@ -225,13 +251,15 @@ class Drainer:
             return "", base64.b64encode(data).decode("ascii")  # binary: kept base64-encoded
         return "", data.decode("utf-8")
 
-    def _row(self, taken: _Taken, seq: int) -> StagedRow:
+    def _row(self, taken: _Taken, seq: int, *, whole: bool) -> StagedRow:
         e = taken.envelope
+        message = taken.part.message
         values: dict[str, EntityValue] = {
             "seq": seq, "message_id": e.message_id, "message_type": e.message_type,
             "correlation_id": e.correlation_id, "causation_id": e.causation_id,
             "source": e.source, "topic": e.topic, "sent_at": e.sent_at.isoformat(),
-            "headers": json.dumps(e.headers), "attempt_id": e.attempt_id}
+            "headers": json.dumps(e.headers), "attempt_id": e.attempt_id,
+            "queue_message": message.id, "receipt": message.pop_receipt, "whole": whole}
         if e.payload_ref is not None:
             values["payload_container"] = e.payload_ref.container
             values["payload_blob"] = e.payload_ref.blob
@@ -250,8 +278,8 @@ class Drainer:
         each(self._parallelism, settle, taken)
         each(self._parallelism, self._delete, extra)
 
-    def _resettle(self, rows: list[dict[str, EntityValue]]) -> None:
-        def settle(values: dict[str, EntityValue]) -> None:
+    def _resettle(self, rows: Sequence[Mapping[str, EntityValue]]) -> None:
+        def settle(values: Mapping[str, EntityValue]) -> None:
             self._staging.retried(self._bus.inbox.consume, self.endpoint, str(values["attempt_id"]))
             if "payload_blob" in values:
                 self._staging.retried(self._bus.payloads.delete, PayloadRef(
@@ -259,6 +287,33 @@ class Drainer:
                     blob=str(values["payload_blob"])))
 
         each(self._parallelism, settle, rows)
+
+    def settle_rows(self, rows: Sequence[Mapping[str, EntityValue]]) -> None:
+        """Settle staged rows of a batch read (``stage(settle=False)``): consume their tokens,
+        delete their claim-check blobs, then the queue messages they wholly hold (a message
+        whose lease ran out is not found: it comes back and is dropped as a duplicate)."""
+        attempts = [str(values["attempt_id"]) for values in rows]
+        if attempts:  # 100 a request (a token gone already is fine)
+            self._staging.retried(self._bus.inbox.consume_many, self.endpoint, attempts)
+        each(self._parallelism, lambda ref: self._staging.retried(self._bus.payloads.delete, ref),
+             [PayloadRef(container=str(values["payload_container"]),
+                         blob=str(values["payload_blob"]))
+              for values in rows if "payload_blob" in values])
+        each(self._parallelism, self._delete_staged, _whole_messages(rows))
+
+    def release_rows(self, rows: Sequence[Mapping[str, EntityValue]]) -> None:
+        """Make the queue messages of staged rows visible again at once (a batch read given
+        up: its tokens are live, the next read takes them)."""
+        def release(message: QueueMessage) -> None:
+            with contextlib.suppress(NotFound):  # its lease ran out: visible already
+                self._staging.retried(self._bus.storage.queues.extend, self._queue, message,
+                                      lease=0)
+
+        each(self._parallelism, release, _messages(rows))
+
+    def _delete_staged(self, message: QueueMessage) -> None:
+        with contextlib.suppress(NotFound):
+            self._staging.retried(self._bus.storage.queues.delete, self._queue, message)
 
     def _delete(self, part: Part[QueueMessage]) -> None:
         """The part is settled; its queue message goes once all of its parts are."""
@@ -295,9 +350,19 @@ class Drainer:
         log.warning("poisoned a message at %s: %s", self.endpoint, reason)
 
 
-def read_batch_key(endpoint: str, run_key: str) -> str:
-    """The staging partition of a batch read."""
-    return f"r~{endpoint}~{run_key}"
+def _messages(rows: Sequence[Mapping[str, EntityValue]], *,
+              whole: bool = False) -> list[QueueMessage]:
+    """The queue messages staged rows came from (each once), as their receipt names them."""
+    found: dict[str, QueueMessage] = {}
+    for values in rows:
+        if "receipt" in values and (values.get("whole") or not whole):
+            found.setdefault(str(values["queue_message"]), QueueMessage(
+                str(values["queue_message"]), str(values["receipt"]), "", 0))
+    return list(found.values())
+
+
+def _whole_messages(rows: Sequence[Mapping[str, EntityValue]]) -> list[QueueMessage]:
+    return _messages(rows, whole=True)
 
 
 def subscribe(bus: Bus, endpoint: str, topics: Sequence[str] = ()) -> None:

@@ -28,6 +28,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from bus.integrations.spark.batch import BatchRead
 from bus.integrations.spark.options import (
     OptionError,
     ReadOptions,
@@ -36,9 +37,9 @@ from bus.integrations.spark.options import (
     resolve_contract,
     write_options,
 )
-from bus.integrations.spark.reader import Drainer, read_batch_key, schema_ddl, staged_rows
+from bus.integrations.spark.reader import Drainer, schema_ddl, staged_rows
 from bus.integrations.spark.staging import Staging
-from bus.integrations.spark.stream import StreamConsumer
+from bus.integrations.spark.stream import DEFAULT, StreamConsumer, split
 from bus.integrations.spark.writer import JobWriter, PartReport, check_columns
 from bus.messages import Message
 
@@ -90,8 +91,8 @@ class BusDataSource(DataSource):
         return BusReader(read_options(self.options, streaming=False, contracts=self.contracts))
 
     def streamReader(self, schema: StructType) -> BusStreamReader:  # noqa: N802 (Spark's name)
-        return BusStreamReader(read_options(self.options, streaming=True,
-                                            contracts=self.contracts))
+        return _stream_reader(read_options(self.options, streaming=True,
+                                           contracts=self.contracts))
 
 
 # -- writing -------------------------------------------------------------------------------------
@@ -148,9 +149,11 @@ class BusStreamWriter(DataSourceStreamWriter):
 
 # -- reading -------------------------------------------------------------------------------------
 class _Batch(InputPartition):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
+    """Staged batches one task reads (their staging partitions, in order)."""
+
+    def __init__(self, keys: Sequence[str]) -> None:
+        super().__init__(list(keys))
+        self.keys = list(keys)
 
 
 def _drainer(options: ReadOptions) -> tuple[Drainer, Staging]:
@@ -163,18 +166,19 @@ def _drainer(options: ReadOptions) -> tuple[Drainer, Staging]:
 
 class BusReader(DataSourceReader):
     """A batch read: drained and staged once per run key (on the driver, while Spark plans),
-    then only read - a re-run with the same run key reads the same messages."""
+    then only read - a re-run with the same run key reads the same messages. They are settled
+    by ``bus.spark.commit_read`` once the results are stored (``batch``)."""
 
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
 
     def partitions(self) -> Sequence[InputPartition]:
         assert self.options.run_key is not None
-        drainer, _ = _drainer(self.options)
+        drainer, staging = _drainer(self.options)
         drainer.prepare(self.options.subscribe)
-        key = read_batch_key(self.options.endpoint, self.options.run_key)
-        drainer.stage(key, self.options.max_messages, close_empty=True)
-        return [_Batch(key)]
+        keys = BatchRead(drainer, staging).read(self.options.run_key, self.options.max_messages,
+                                                self.options.partitions)
+        return [_Batch(share) for share in split(keys, self.options.partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         yield from _read(self.options, partition)
@@ -184,11 +188,14 @@ def _read(options: ReadOptions, partition: InputPartition) -> list[tuple[Any, ..
     assert isinstance(partition, _Batch)
     contract: type[Message] | None = options.contract()
     staging = Staging(options.connection.storage(), options.connection.prefix)
-    return staged_rows(staging, partition.key, contract)
+    return [row for key in partition.keys for row in staged_rows(staging, key, contract)]
 
 
 class BusStreamReader(DataSourceStreamReader):
-    """A streaming read; lives on the driver across micro-batches (see ``stream``)."""
+    """A streaming read; lives on the driver across micro-batches (see ``stream``).
+
+    ``latestOffset`` takes Spark 4.2's ``(start, limit)`` and Spark 4.0/4.1's nothing; with
+    Spark 4.2+ the reader is a ``BusAvailableNowReader`` (``Trigger.AvailableNow``)."""
 
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
@@ -205,7 +212,8 @@ class BusStreamReader(DataSourceStreamReader):
             drainer, staging = _drainer(self.options)
             drainer.prepare(self.options.subscribe)
             self._consumer = StreamConsumer(
-                drainer, staging, self.options.consumer, batch_size=self.options.max_messages,
+                drainer, staging, self.options.consumer,
+                max_rows=self.options.max_rows_per_trigger, partitions=self.options.partitions,
                 poll_seconds=self.options.poll_seconds)
         return self._consumer
 
@@ -214,14 +222,41 @@ class BusStreamReader(DataSourceStreamReader):
 
     def latestOffset(self, start: dict[str, Any] | None = None,  # noqa: N802 (Spark's name)
                      limit: Any = None) -> dict[str, int]:
-        # Both signatures: Spark 4.2+ passes (start, limit), 4.0 and 4.1 pass nothing.
-        return self.consumer.latest_offset(start)
+        # Spark 4.2+ passes (start, limit), 4.0 and 4.1 pass nothing (DEFAULT: our own limit).
+        return self.consumer.latest_offset(start, DEFAULT if limit is None else _rows(limit))
+
+    def getDefaultReadLimit(self) -> Any:  # noqa: N802 (Spark 4.2+'s name)
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+        rows = self.options.max_rows_per_trigger
+        return ReadAllAvailable() if rows is None else ReadMaxRows(rows)
+
+    def reportLatestOffset(self) -> None:  # noqa: N802 (Spark 4.2+'s name)
+        return None  # a queue has no offsets ahead of what is staged
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        return [_Batch(key) for key in self.consumer.batch_keys(start, end)]
+        return [_Batch(keys) for keys in self.consumer.splits(start, end)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         yield from _read(self.options, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         self.consumer.commit(end)
+
+
+def _rows(limit: Any) -> int | None:
+    """Spark's read limit as a row count; None for all that is available (any other kind)."""
+    rows = getattr(limit, "max_rows", None)
+    return int(rows) if rows is not None else None
+
+
+try:  # Spark 4.2+: Trigger.AvailableNow for Python sources
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+except ImportError:  # Spark 4.0, 4.1: AvailableNow runs as one batch (Trigger.Once)
+    _stream_reader: type[BusStreamReader] = BusStreamReader
+else:
+    class BusAvailableNowReader(BusStreamReader, SupportsTriggerAvailableNow):
+        def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 (Spark's name)
+            self.consumer.prepare_available_now()
+
+    _stream_reader = BusAvailableNowReader

@@ -113,7 +113,7 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
                      crashable=once) for index in range(senders)]
     handoffs: list[Job] = []
     counts: Counter[str] = Counter()
-    checkpoint = spark.Checkpoint()
+    checkpoint = spark.Checkpoint(batch=random.Random(seed ^ 0xBA7C4).random() < 0.5)
     if with_spark:
         clients.append(_start_spark(world, bus, bus_for=lambda routes: new_bus(routes=routes),
                                     partitions=_spark_partitions(spark_roots, rng),
@@ -218,7 +218,7 @@ def _spark_checks(bus: Bus, storage: InMemoryStorage, world: World,
                   checkpoint: spark.Checkpoint, roots: int) -> list[str]:
     """The query's sink holds every root's event exactly once; nothing is left in staging or
     in the reader's poison queue."""
-    read = spark.read_roots(checkpoint)
+    read = spark.read_roots(bus, checkpoint)
     violations = list(checkpoint.violations)
     violations.extend(f"root {root}: Happened read by spark {read[root]} times"
                       for root in range(roots) if read[root] != 1)
