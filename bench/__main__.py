@@ -3,6 +3,7 @@
     python -m bench                    # full run (about 5 minutes): bench/results/latest.md
     python -m bench --quick            # under 3 minutes: bench/results/quick.md
     python -m bench --only raw,eo_hop  # some scenarios (the others report null)
+    python -m bench --only spark --spark-rows 4000 --spark-runs 3   # Spark writes only
 
 The last line printed is the JSON summary. The exit code is 1 when any scenario failed (it
 reports null instead of a number), 0 otherwise.
@@ -35,6 +36,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, help="consumer threads (at most 10 advised)")
     parser.add_argument("--producers", type=int, help="producer threads")
     parser.add_argument("--latency-seconds", type=float, help="length of the latency run")
+    parser.add_argument("--spark-rows", type=int, help="rows per timed Spark write")
+    parser.add_argument("--spark-runs", type=int, help="timed runs of each Spark write per "
+                                                       "setting (alternating)")
+    parser.add_argument("--spark-cores", type=lambda text: tuple(int(n) for n in text.split(",")),
+                        help="Spark settings local[n], comma-separated (default 1,2; quick 2)")
     parser.add_argument("--only", help=f"comma-separated subset of {','.join(SCENARIOS)}")
     parser.add_argument("--log", type=Path, help="write the bus's INFO log to this file "
                                                  "(to see why a scenario failed)")
@@ -47,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     cfg = QUICK if args.quick else FULL
     overrides = {"messages": args.messages, "concurrency": args.concurrency,
-                 "producers": args.producers, "latency_seconds": args.latency_seconds}
+                 "producers": args.producers, "latency_seconds": args.latency_seconds,
+                 "spark_rows": args.spark_rows, "spark_runs": args.spark_runs,
+                 "spark_cores": args.spark_cores}
     cfg = replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
     keys = list(SCENARIOS) if not args.only else [k.strip() for k in args.only.split(",")]
     unknown = set(keys) - set(SCENARIOS)

@@ -37,6 +37,14 @@ class BenchConfig:
     latency_seconds: float = 24.0
     latency_warmup: float = 1.0
     """Seconds at the start of the latency run left out of the percentiles (connections)."""
+    spark_rows: int = 2000
+    """Rows per timed Spark write (scenario 6). The raw loop sends about 300-400 rows/s here,
+    so one raw run takes 5-7 s; a Spark session costs 10-30 s to start and warm up."""
+    spark_runs: int = 2
+    """Timed runs of each Spark write (raw, bus, publish alternating) per setting."""
+    spark_cores: tuple[int, ...] = (1, 2)
+    """The Spark settings, ``local[n]``: a SparkSession each (10-30 s to start and warm up;
+    the quick run keeps local[2] only, the setting of the JSON line)."""
     timeout: float = 300.0
     """A scenario that has not finished by then fails instead of hanging."""
     quick: bool = False
@@ -46,4 +54,5 @@ class BenchConfig:
 
 
 FULL = BenchConfig()
-QUICK = replace(FULL, messages=400, latency_seconds=10.0, timeout=120.0, quick=True)
+QUICK = replace(FULL, messages=400, latency_seconds=10.0, spark_rows=1000, spark_cores=(2,),
+                timeout=120.0, quick=True)

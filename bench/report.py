@@ -60,6 +60,7 @@ def summary(results: Mapping[str, ScenarioResult], prices: PriceTable,
         if "eo_hop" in results else None
     cpu_eo = results["eo_hop"].extra["cpu"].per_unit_ms(results["eo_hop"].units) \
         if "eo_hop" in results else (None, None)
+    spark = _spark_keys(results.get("spark"))
     out: dict[str, Any] = {
         "raw_hop_msgs_per_s": _round(raw, 1),
         "eo_hop_msgs_per_s": _round(eo, 1),
@@ -79,12 +80,36 @@ def summary(results: Mapping[str, ScenarioResult], prices: PriceTable,
         if ops_fan is not None else None,
         "usd_per_million_raw_hops": _round(prices.usd_per_million(ops_raw), 3)
         if ops_raw is not None else None,
+        **spark,
         "quick": cfg.quick,
         "messages": cfg.messages,
         "concurrency": cfg.concurrency,
         "commit": commit,
     }
     return out
+
+
+SPARK_KEYS = ("spark_publish_rows_per_s", "spark_raw_rows_per_s", "spark_publish_to_raw_ratio",
+              "spark_requests_per_row", "spark_read_rows_per_s", "spark_rows")
+"""The Spark scenario's keys of the JSON line: rows/s of ``df.write.format("bus")`` and of the
+raw send loop at local[2] (medians of the alternating runs), the median of the runs' ratios,
+storage requests per row (port calls, counted in the executors), the batch read's rows/s."""
+
+
+def _spark_keys(result: ScenarioResult | None) -> dict[str, Any]:
+    if result is None:
+        return dict.fromkeys(SPARK_KEYS)
+    summary: dict[int, dict[str, Any]] = result.extra["spark_summary"]
+    top = summary[max(summary)]
+    read = result.extra.get("spark_read")
+    return {
+        "spark_publish_rows_per_s": _round(top.get("bus_rows_per_s"), 1),
+        "spark_raw_rows_per_s": _round(top.get("raw_rows_per_s"), 1),
+        "spark_publish_to_raw_ratio": _round(top.get("bus_to_raw_ratio"), 3),
+        "spark_requests_per_row": _round(top.get("ops_per_row"), 4),
+        "spark_read_rows_per_s": _round(read.rate, 1) if read is not None else None,
+        "spark_rows": result.extra["spark_rows"],
+    }
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
@@ -149,6 +174,80 @@ def _cpu(result: ScenarioResult) -> tuple[str, str]:
     return f"{python:.1f}", f"{azurite:.1f}"
 
 
+_VARIANT_NAMES = {"raw": "raw loop (`foreachPartition`, `send_message` per row)",
+                  "bus": '`df.write.format("bus")`',
+                  "publish": "`bus.spark.publish`'s task, counted"}
+
+
+def _ms_per_row(seconds: float | None, rows: int) -> str:
+    return "-" if seconds is None else f"{seconds * 1000 / rows:.2f}"
+
+
+def _spark_section(result: ScenarioResult) -> list[str]:
+    x = result.extra
+    rows_per_run = x["spark_rows"]
+    summary: dict[int, dict[str, Any]] = x["spark_summary"]
+    lines = [f"{rows_per_run} rows per timed write, one partition per core; the three writes "
+             "alternate (raw, bus, publish, raw, ...), each into a queue of its own. Seconds: "
+             "the Spark action's wall time (the bus's include provisioning on the driver and "
+             "storing the job's result). Task CPU: the Python workers' own CPU, measured in "
+             "the tasks. Two cores in all: at local[2] the tasks compete with Azurite.", ""]
+    rows: list[list[Any]] = []
+    for r in x["spark_runs"]:
+        rows.append([f"local[{r.cores}]", r.index + 1, _VARIANT_NAMES[r.variant], r.rows,
+                     f"{r.seconds:.2f}", f"**{r.rate:.0f}**",
+                     _ms_per_row(r.worker_cpu_s, r.rows), _ms_per_row(r.azurite_cpu_s, r.rows),
+                     ", ".join(f"{s:.2f}" for s in r.task_seconds) or "-"])
+    lines += _table(["setting", "round", "write", "rows", "seconds", "rows/s",
+                     "task CPU ms/row", "Azurite CPU ms/row", "task seconds"], rows)
+    lines += [""]
+    rows = []
+    for cores, s in summary.items():
+        rows.append([f"local[{cores}]", f"{s.get('raw_rows_per_s', 0):.0f}",
+                     f"**{s.get('bus_rows_per_s', 0):.0f}**",
+                     f"{s.get('publish_rows_per_s', 0):.0f}",
+                     f"**{s['bus_to_raw_ratio']:.2f}**" if s["bus_to_raw_ratio"] else "-",
+                     ", ".join(f"{v:.2f}" for v in s["bus_ratios"]),
+                     f"{s['publish_to_raw_ratio']:.2f}" if s["publish_to_raw_ratio"] else "-"])
+    lines += _table(["setting", "raw rows/s", "format(\"bus\") rows/s", "publish rows/s",
+                     "bus/raw (median)", "bus/raw per round", "publish/raw (median)"], rows)
+    lines += ["", "Medians over the rounds; a ratio is a bus run's rows/s over the raw run's "
+              "of the same round.", "", "Storage requests per row of the bus writes, counted "
+              "in the executors (the counted publish runs: `counting_storage` port calls and "
+              "the SDK's HTTP requests, returned with each task's report; "
+              "`df.write.format(\"bus\")` runs the same `JobWriter.publish`):", ""]
+    rows = []
+    for cores, s in summary.items():
+        counted = s["counted_rows"]
+        if not counted:
+            continue
+        for key, n in sorted(s["ops"].items()):
+            rows.append([f"local[{cores}]", key, n, f"{n / counted:.4f}"])
+        rows.append([f"local[{cores}]", "**total port calls**", sum(s["ops"].values()),
+                     f"**{s['ops_per_row']:.4f}**"])
+        rows.append([f"local[{cores}]", "HTTP requests", sum(s["requests"].values()),
+                     f"{s['requests_per_row']:.4f}"])
+        driver = sum(s["driver_ops"].values())
+        rows.append([f"local[{cores}]", "on the driver, per job (provisioning, result row)",
+                     f"{driver / max(1, s['counted_jobs']):.0f}", "-"])
+    lines += _table(["setting", "operation", "count", "per row"], rows)
+    lines += ["", "The raw loop makes one request (`queue.send`) per row.", ""]
+    rows = [[f"local[{cores}]", f"{info['session_s']:.1f}", f"{info['warmup_s']:.1f}",
+             f"{info['small_raw_s']:.2f}", f"{info['small_bus_s']:.2f}",
+             f"{info['small_publish_s']:.2f}"]
+            for cores, info in x["spark_sessions"].items()]
+    lines += _table(["setting", "session start s", "warm-up s (3 small jobs)",
+                     "20-row raw job s", "20-row format(\"bus\") job s",
+                     "20-row publish job s"], rows)
+    read = x.get("spark_read")
+    if read is not None:
+        lines += ["", f"Batch read (`spark.read.format(\"bus\")` of the last local[2] bus run's "
+                  f"destination; drained and staged on the driver): {read.rows} rows in "
+                  f"{read.seconds:.2f} s, **{read.rate:.0f} rows/s**, Azurite CPU "
+                  f"{read.azurite_cpu_s * 1000 / read.rows:.2f} ms/row."]
+    return lines
+
+
 def markdown(info: RunInfo, *, results: Mapping[str, ScenarioResult],
              failures: Mapping[str, str], titles: Mapping[str, str], data: Mapping[str, Any],
              prices: PriceTable) -> str:
@@ -174,7 +273,7 @@ def markdown(info: RunInfo, *, results: Mapping[str, ScenarioResult],
     raw = results["raw"].rate if "raw" in results else None
     rows: list[list[Any]] = []
     for number, (key, title) in enumerate(titles.items(), 1):
-        if key == "latency":
+        if key in ("latency", "spark"):
             continue
         if key in results:
             r = results[key]
@@ -217,6 +316,9 @@ def markdown(info: RunInfo, *, results: Mapping[str, ScenarioResult],
         if key in results:
             lines += ["", f"### Storage operations {heading}", ""]
             lines += _ops_table(results[key], prices, unit, units)
+    lines += ["", "## Spark: tasks publishing rows (bus vs raw send loop)", ""]
+    lines += _spark_section(results["spark"]) if "spark" in results else [
+        failures.get("spark", "not run")]
     lines += ["", "## Prices used", "", f"From `bench/prices.toml`: {prices.meta['note']}.", ""]
     lines += _table(["class", "USD", "per", "what", "source", "date"],
                     [[p.name, p.usd, f"{p.per:,}", p.unit, p.source, p.date]

@@ -90,6 +90,14 @@ class WireCounter:
         with self._lock:
             self._counts.clear()
 
+    def totals(self) -> dict[tuple[str, str], int]:
+        """Requests sent by every thread, by (service, request)."""
+        totals: dict[tuple[str, str], int] = {}
+        with self._lock:
+            for (_, service, op), n in self._counts.items():
+                totals[(service, op)] = totals.get((service, op), 0) + n
+        return dict(sorted(totals.items()))
+
     def side(self, side: str) -> dict[tuple[str, str], int]:
         """Requests sent by the threads of one side, by (service, request)."""
         with self._lock:

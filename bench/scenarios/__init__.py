@@ -20,6 +20,8 @@ SCENARIOS: dict[str, tuple[str, str]] = {
     "fanout3": ("bench.scenarios.fanout", "exactly-once event fan-out to 3 subscribers"),
     "kombu": ("bench.scenarios.kombu_peer", "kombu azurestoragequeues publish + consume"),
     "latency": ("bench.scenarios.latency", "command hop latency at a fixed light load"),
+    "spark": ("bench.scenarios.spark_publish",
+              "Spark tasks publishing rows: bus vs a raw send loop, local[n]"),
 }
 
 
