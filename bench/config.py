@@ -38,8 +38,9 @@ class BenchConfig:
     latency_warmup: float = 1.0
     """Seconds at the start of the latency run left out of the percentiles (connections)."""
     spark_rows: int = 2000
-    """Rows per timed Spark write (scenario 6). The raw loop sends about 300-400 rows/s here,
-    so one raw run takes 5-7 s; a Spark session costs 10-30 s to start and warm up."""
+    """Rows per timed Spark write (the Spark scenario). The raw loop sent 150-830 rows/s here
+    (one request per row, 2 cores shared with Azurite and other work), so a raw run takes
+    2.5-13 s; a Spark session costs 10-30 s to start and warm up."""
     spark_runs: int = 2
     """Timed runs of each Spark write (raw, bus, publish alternating) per setting."""
     spark_cores: tuple[int, ...] = (1, 2)

@@ -1,4 +1,4 @@
-"""Scenario 6: Spark tasks publishing rows through the bus, against a raw send loop.
+"""The Spark scenario: tasks publishing rows through the bus, against a raw send loop.
 
 Per Spark setting (``cfg.spark_cores``: ``local[1]``, then ``local[2]``; a SparkSession each,
 on one Azurite; the DataFrame has one partition per core) three kinds of write alternate,
