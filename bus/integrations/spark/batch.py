@@ -116,7 +116,7 @@ class BatchRead:
             asked = min(read.chunk_rows, max_messages - total)
             count = self._drainer.stage(chunk_key(self.endpoint, read.run_key, n), asked,
                                         close_empty=n == 0, fresh=fresh, settle=settle,
-                                        seen=seen)
+                                        seen=seen, most=max_messages - total)
             if count is None:  # nothing came: the chunk holds nothing, it is not one
                 read = replace(read, chunks=n)
                 break

@@ -131,14 +131,18 @@ class Drainer:
         self._staging.ensure()
 
     def stage(self, key: str, limit: int, *, close_empty: bool, fresh: bool = False,
-              settle: bool = True, seen: set[str] | None = None) -> int | None:
+              settle: bool = True, seen: set[str] | None = None,
+              most: int | None = None) -> int | None:
         """Take up to ``limit`` messages into the batch ``key`` and close it; returns how many
         it holds. A closed batch is returned as it is. With nothing to take and
         ``close_empty`` false, nothing is written and None is returned. ``fresh``: the caller
         knows the batch was never started (skips one read). ``settle`` false: the messages
         are staged only (a batch read: ``batch``), for ``settle_rows`` to settle later; their
         tokens stay live, so ``seen`` (the attempt ids the read took so far, in its other
-        batches; updated) keeps another copy of one from being taken again."""
+        batches; updated) keeps another copy of one from being taken again. ``most``: take
+        every part of the queue messages received, past ``limit`` up to ``most`` - an
+        unsettled read must, as a bundle's parts left behind would stay leased with the ones
+        taken (only a settled batch can put a bundle back for its other parts)."""
         rows = [] if fresh else self._staging.rows(key)
         seen = set() if seen is None else seen
         seen.update(row_key for row_key, _ in rows if row_key != MARKER)
@@ -156,7 +160,8 @@ class Drainer:
                 break
             self.received += len(received)
             taken, extra = self._sort(parts(received), seen)
-            taken, later = taken[:limit - count], taken[limit - count:]
+            cut = (limit if most is None else max(limit, most)) - count
+            taken, later = taken[:cut], taken[cut:]
             early = settle and not self._bus.safeguards.stage_before_settle  # a break
             if early:
                 self._settle(taken, extra)

@@ -33,7 +33,9 @@ from bus.testing.simulate.functions import FunctionsHost, Job, operator, orchest
 from bus.testing.simulate.workload import EXPECTED, LARGE, Happened, Knobs, Releases, Start, build
 from bus.testing.simulate.world import Actor, FaultProfile, Gate, World
 
-MAX_STEPS = 200_000
+MAX_STEPS = 600_000
+"""Steps a run may take to quiesce: runs whose hosts give up after 3 deliveries poison and
+replay far more, and some need 400,000."""
 STALLED_SECONDS = 5.0  # maintenance finishes records committed this long ago
 MAX_SKEW_SECONDS = 1.5
 """How far a worker process's clock may be off the others' (and storage's) in a skewed run."""
