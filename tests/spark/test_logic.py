@@ -414,3 +414,16 @@ def test_a_batch_read_in_partitions(bus: Bus) -> None:
     assert [len(read_ids(bus, [key])) for key in keys] == [4, 4, 2]
     assert sorted(read_ids(bus, keys)) == sorted(f"m{i}" for i in range(10))
     assert reads(bus).commit("wide") == 10
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_a_batch_read_takes_every_part_of_the_bundles_it_receives(bus: Bus,
+                                                                  partitions: int) -> None:
+    """Spark writes bundle their signals: 40 messages in a few queue messages. A part left
+    behind stays leased with the ones taken (a read is settled only on commit): a read must
+    take them all (before, it took 2 of 40)."""
+    bus.send_once_many([(RecordSale(sale_id=f"s{i}", amount=i), f"m{i}") for i in range(40)])
+    assert bus.storage.queues.depth(bus.names.queue("sink")) < 40  # bundles
+    d = drainer(bus)
+    keys = BatchRead(d, Staging(bus.storage, "")).read("bundled", 10_000, partitions)
+    assert sorted(read_ids(bus, keys)) == sorted(f"m{i}" for i in range(40))
