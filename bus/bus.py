@@ -276,9 +276,9 @@ class Bus:
         this call sent it (a copy of it), False when an earlier call had, None when it had no
         copy to send (an event without subscribers, a send a middleware dropped). Calls that
         give the same ``origin`` (the attempts of one job) count each other's sends as their
-        own. Message ids
-        are remembered per destination for ``Settings.ledger_retention_seconds`` after the
-        message was processed; a message still waiting is never sent twice.
+        own. Message ids are remembered per destination for
+        ``Settings.ledger_retention_seconds`` after the message was processed; a message still
+        waiting is never sent twice.
         """
         for message, _ in messages:
             if not isinstance(message, (Command, Event)):
