@@ -71,21 +71,22 @@ class BusDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> BusWriter:
         if overwrite:
             raise OptionError("the bus data source appends messages: use mode('append')")
-        options = write_options(self.options, self.contracts)
-        check_columns(options.contract(), schema.fieldNames(), options.key_columns)
-        job = JobWriter(options)
-        job.prepare()
-        return BusWriter(job)
+        return BusWriter(self._job(schema))
 
     def streamWriter(self, schema: StructType,  # noqa: N802 (Spark's name)
                      overwrite: bool) -> BusStreamWriter:
         if overwrite:
             raise OptionError("the bus data source appends messages: use outputMode('append')")
+        return BusStreamWriter(self._job(schema))
+
+    def _job(self, schema: StructType) -> JobWriter:
+        """A write job for rows of ``schema``, its options checked and its tables made (on
+        the driver, before any task runs)."""
         options = write_options(self.options, self.contracts)
         check_columns(options.contract(), schema.fieldNames(), options.key_columns)
         job = JobWriter(options)
         job.prepare()
-        return BusStreamWriter(job)
+        return job
 
     def reader(self, schema: StructType) -> BusReader:
         return BusReader(read_options(self.options, streaming=False, contracts=self.contracts))
@@ -101,6 +102,16 @@ class BusCommitMessage(WriterCommitMessage):
     report: PartReport
 
 
+def _publish(job: JobWriter, iterator: Iterator[Row]) -> BusCommitMessage:
+    """A task's partition sent (``JobWriter.publish``), its report as the commit message."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    partition_id = context.partitionId() if context is not None else 0
+    rows = (row.asDict(recursive=True) for row in iterator)
+    return BusCommitMessage(job.publish(partition_id, rows))
+
+
 class BusWriter(DataSourceWriter):
     """Tasks send their partition (``write``); the driver adds up their reports (``commit``)."""
 
@@ -109,12 +120,7 @@ class BusWriter(DataSourceWriter):
         self.started = time.time()
 
     def write(self, iterator: Iterator[Row]) -> BusCommitMessage:
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        partition_id = context.partitionId() if context is not None else 0
-        rows = (row.asDict(recursive=True) for row in iterator)
-        return BusCommitMessage(self.job.publish(partition_id, rows))
+        return _publish(self.job, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         self.job.commit([m.report if isinstance(m, BusCommitMessage) else None
@@ -132,12 +138,7 @@ class BusStreamWriter(DataSourceStreamWriter):
         self.job = job
 
     def write(self, iterator: Iterator[Row]) -> BusCommitMessage:
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        partition_id = context.partitionId() if context is not None else 0
-        rows = (row.asDict(recursive=True) for row in iterator)
-        return BusCommitMessage(self.job.publish(partition_id, rows))
+        return _publish(self.job, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         self.job.commit([m.report if isinstance(m, BusCommitMessage) else None
