@@ -114,6 +114,7 @@ class CountedPublish:
         from pyspark import TaskContext
 
         from bench.wire import counting_requests
+        from bus.integrations.spark.compat import report_fields, report_values
 
         context = TaskContext.get()
         partition_id = context.partitionId() if context is not None else 0
@@ -125,18 +126,12 @@ class CountedPublish:
             seconds, cpu_seconds = time.perf_counter() - began, time.process_time() - began_cpu
             requests = wire.totals()
         yield pa.RecordBatch.from_pylist([{
-            "partition_id": report.partition_id, "rows": report.rows,
-            "published": report.published, "already_sent": report.already_sent,
-            "refused": report.refused, "no_subscriber": report.no_subscriber,
-            "reasons": list(report.reasons),
+            **report_values(report),
             "ops": json.dumps(_named(_since(before, _COUNTER.snapshot()))),
             "requests": json.dumps(_named(requests)),
             "seconds": seconds, "cpu_seconds": cpu_seconds}], schema=pa.schema([
-                ("partition_id", pa.int32()), ("rows", pa.int64()), ("published", pa.int64()),
-                ("already_sent", pa.int64()), ("refused", pa.int64()),
-                ("no_subscriber", pa.int64()), ("reasons", pa.list_(pa.string())),
-                ("ops", pa.string()), ("requests", pa.string()), ("seconds", pa.float64()),
-                ("cpu_seconds", pa.float64())]))
+                *report_fields(), ("ops", pa.string()), ("requests", pa.string()),
+                ("seconds", pa.float64()), ("cpu_seconds", pa.float64())]))
 
 
 def _since(before: dict[tuple[str, str], int],
@@ -224,7 +219,8 @@ def bus_run(spark: Any, connection: str, destination: str, rows: int, cores: int
 def publish_run(spark: Any, connection: str, destination: str, rows: int, cores: int,
                 *, index: int = 0) -> Run:
     import bus.spark
-    from bus.integrations.spark.writer import JobWriter, PartReport, check_columns
+    from bus.integrations.spark.compat import report_of
+    from bus.integrations.spark.writer import JobWriter, check_columns
 
     bus.spark.subscribe(destination, connection_string=connection)  # its app provisions it
     options = WriteOptions(CountedConnection(connection_string=connection), CONTRACT,
@@ -237,10 +233,7 @@ def publish_run(spark: Any, connection: str, destination: str, rows: int, cores:
     check_columns(options.contract(), df.columns, options.key_columns)
     job.prepare()
     reports = df.mapInArrow(CountedPublish(job, connection), _REPORT).collect()
-    result = job.commit([PartReport(int(r["partition_id"]), int(r["rows"]),
-                                    int(r["published"]), int(r["already_sent"]),
-                                    int(r["refused"]), int(r["no_subscriber"]),
-                                    tuple(r["reasons"] or ())) for r in reports])
+    result = job.commit([report_of(r) for r in reports])
     used = cpu.CpuUse.between(began, cpu.sample())
     _check(result, rows, destination)
     ops: dict[str, int] = {}

@@ -72,10 +72,7 @@ def publish(df: DataFrame, message_type: type[Message] | str, *,
     except Exception:
         job.abort()
         raise
-    return job.commit([PartReport(int(r["partition_id"]), int(r["rows"]), int(r["published"]),
-                                  int(r["already_sent"]), int(r["refused"]),
-                                  int(r["no_subscriber"]), tuple(r["reasons"] or ()))
-                       for r in reports], started)
+    return job.commit([report_of(r) for r in reports], started)
 
 
 class _PublishTask:
@@ -92,14 +89,32 @@ class _PublishTask:
         partition_id = context.partitionId() if context is not None else 0
         rows = (row for batch in batches for row in batch.to_pylist())
         report = self.job.publish(partition_id, rows)
-        yield pa.RecordBatch.from_pylist([{
-            "partition_id": report.partition_id, "rows": report.rows,
+        yield pa.RecordBatch.from_pylist([report_values(report)],
+                                         schema=pa.schema(report_fields()))
+
+
+def report_fields() -> list[tuple[str, Any]]:
+    """A task's report as Arrow fields (``_REPORT``'s columns), for ``mapInArrow``."""
+    import pyarrow as pa
+
+    return [("partition_id", pa.int32()), ("rows", pa.int64()), ("published", pa.int64()),
+            ("already_sent", pa.int64()), ("refused", pa.int64()),
+            ("no_subscriber", pa.int64()), ("reasons", pa.list_(pa.string()))]
+
+
+def report_values(report: PartReport) -> dict[str, Any]:
+    """A task's report as the values of ``report_fields``."""
+    return {"partition_id": report.partition_id, "rows": report.rows,
             "published": report.published, "already_sent": report.already_sent,
             "refused": report.refused, "no_subscriber": report.no_subscriber,
-            "reasons": list(report.reasons)}], schema=pa.schema([
-                ("partition_id", pa.int32()), ("rows", pa.int64()), ("published", pa.int64()),
-                ("already_sent", pa.int64()), ("refused", pa.int64()),
-                ("no_subscriber", pa.int64()), ("reasons", pa.list_(pa.string()))]))
+            "reasons": list(report.reasons)}
+
+
+def report_of(row: Any) -> PartReport:
+    """The report a task's row (collected on the driver) holds."""
+    return PartReport(int(row["partition_id"]), int(row["rows"]), int(row["published"]),
+                      int(row["already_sent"]), int(row["refused"]),
+                      int(row["no_subscriber"]), tuple(row["reasons"] or ()))
 
 
 def write_results(*, limit: int = 10, connection_string: str | None = None,
