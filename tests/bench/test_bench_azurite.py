@@ -23,7 +23,10 @@ def test_a_tiny_run_reports_counted_numbers(tmp_path: Path,
     data = json.loads(lines[-1])
     assert set(REQUIRED) <= set(data)
     assert data["raw_hop_msgs_per_s"] > 0 and data["eo_hop_msgs_per_s"] > 0
-    assert data["ops_per_eo_hop"] >= 4  # receive share, commit, signal, ack at the very least
+    # Each hop commits at least one entity-group transaction of its own; receives, signals and
+    # deletes are shared by bundles, so the total depends on how the run's messages happened to
+    # share them (3.83 to 4.6 in this tiny run, 2.51 in a full run of 2,000).
+    assert data["ops_per_eo_hop"] >= 1
     assert data["usd_per_million_eo_hops"] > 0
     assert data["fanout3_msgs_per_s"] is None  # not run: null, never a made-up number
     text = out.read_text()
