@@ -43,7 +43,7 @@ from bus.seams import Seams
 from bus.serialization import JsonSerializer, Serializer
 from bus.settings import Settings
 from bus.storage import Entity, EntityValue, Missing, NotFound, Storage
-from bus.topology import Topology
+from bus.topology import Readers, Topology
 
 _PAUSE_KEY = ("~bus", "~pause")  # a row key users cannot write (state keys never start with ~)
 
@@ -59,7 +59,9 @@ class Bus:
 
     ``middleware`` runs around every handler and every send, outside each endpoint's own
     (``bus.middleware``). ``max_queue_depths`` bounds the queues of endpoints this app sends to
-    but does not define (an endpoint's own ``max_queue_depth`` wins). The simulation and tests
+    but does not define (an endpoint's own ``max_queue_depth`` wins). ``readers``: endpoints
+    hosted elsewhere (Spark jobs) and the topics each subscribes to (``bus.topology``). The
+    simulation and tests
     that move time build a bus with other seams (clock, ids, sleeps, safeguards) through
     ``bus.testing.seamed_bus``.
     """
@@ -68,21 +70,23 @@ class Bus:
                  prefix: str = "", routes: Mapping[type[Message] | str, str] | None = None,
                  settings: Settings | None = None, serializer: Serializer | None = None,
                  middleware: Sequence[Middleware] = (),
-                 max_queue_depths: Mapping[str, int] | None = None) -> None:
+                 max_queue_depths: Mapping[str, int] | None = None,
+                 readers: Readers | None = None) -> None:
         self._assemble(storage, endpoints, prefix=prefix, routes=routes, settings=settings,
                        serializer=serializer, middleware=middleware,
-                       max_queue_depths=max_queue_depths, seams=Seams())
+                       max_queue_depths=max_queue_depths, seams=Seams(), readers=readers)
 
     def _assemble(self, storage: Storage, endpoints: Sequence[Endpoint], *, prefix: str,
                   routes: Mapping[type[Message] | str, str] | None, settings: Settings | None,
                   serializer: Serializer | None, middleware: Sequence[Middleware],
-                  max_queue_depths: Mapping[str, int] | None, seams: Seams) -> None:
+                  max_queue_depths: Mapping[str, int] | None, seams: Seams,
+                  readers: Readers | None = None) -> None:
         """Wire the parts; ``seams`` are the real clock, ids and sleeps but in tests."""
         clock, new_id, sleep, gate = seams.clock, seams.new_id, seams.sleep, seams.gate
         self.storage = storage
         self.middleware = check_middleware("Bus", middleware)
         self.names = Names(prefix)
-        self.topology = Topology(endpoints, routes)
+        self.topology = Topology(endpoints, routes, readers)
         self.topology.check_names(self.names)
         depth_limits = self.topology.depth_limits(max_queue_depths or {})
         self.settings = settings or Settings()
@@ -136,7 +140,8 @@ class Bus:
 
     # -- set-up -----------------------------------------------------------------------------
     def provision(self) -> None:
-        """Create every queue, table and container, and subscribe endpoints to their topics.
+        """Create every queue, table and container, and subscribe endpoints (and reader
+        endpoints) to their topics.
 
         Idempotent: run it at every start-up (or deploy the same resources with Bicep).
         """
@@ -149,6 +154,9 @@ class Bus:
             queues.create_queue(self.names.queue(name))
             queues.create_queue(self.names.poison_queue(name))
             tables.create_table(self.names.state_table(name))
+        for name in self.topology.readers:  # a reader keeps no state of the bus's
+            queues.create_queue(self.names.queue(name))
+            queues.create_queue(self.names.poison_queue(name))
         for topic, subscribers in self.topology.subscriptions.items():
             for endpoint in subscribers:
                 self.topics.subscribe(topic, endpoint)

@@ -3,7 +3,9 @@
 It is derived from the handlers (as the SafeBunny library derives its topology from node and
 type): an endpoint that handles a command owns it; an endpoint that handles an event subscribes
 to its topic.
-Commands owned by endpoints outside this app are declared with ``routes``.
+Commands owned by endpoints outside this app are declared with ``routes``; endpoints outside
+it that subscribe to topics - Spark jobs reading their queue, *reader endpoints* - with
+``readers``, so that the deployment writes their subscriptions too.
 """
 
 from __future__ import annotations
@@ -12,19 +14,26 @@ from collections.abc import Mapping, Sequence
 
 from bus.endpoint import Endpoint, check_depth
 from bus.errors import ConfigurationError, NamingError
-from bus.messages import Message, topic_of
+from bus.messages import Event, Message, topic_of
 from bus.naming import Names, check_endpoint
+
+Readers = Mapping[str, Sequence[type[Event] | str]]
+"""Reader endpoints (hosted elsewhere, as Spark jobs) and the topics - event classes or topic
+names - each subscribes to."""
 
 
 class Topology:
     def __init__(self, endpoints: Sequence[Endpoint] = (),
-                 routes: Mapping[type[Message] | str, str] | None = None) -> None:
+                 routes: Mapping[type[Message] | str, str] | None = None,
+                 readers: Readers | None = None) -> None:
         self.endpoints: dict[str, Endpoint] = {}
         for endpoint in endpoints:
             if endpoint.name in self.endpoints:
                 raise ConfigurationError(f"two endpoints are named {endpoint.name!r}")
             self.endpoints[endpoint.name] = endpoint
         self.routes = self._command_routes(routes or {})
+        self.readers = self._readers(readers or {})
+        """Reader endpoint -> the topics it subscribes to (not hosted by this app)."""
         self.subscriptions = self._subscriptions()
 
     def endpoint(self, name: str) -> Endpoint:
@@ -53,7 +62,7 @@ class Topology:
         """Fail at start-up when two endpoints would share a queue or a state table."""
         for kind, derive in (("queue", names.queue), ("state table", names.state_table)):
             seen: dict[str, str] = {}
-            for name in sorted(self.endpoints):
+            for name in sorted({*self.endpoints, *self.readers}):
                 try:
                     resource = derive(name)
                 except NamingError as exc:
@@ -78,9 +87,34 @@ class Topology:
             routes[message_type] = check_endpoint(destination)
         return routes
 
+    def _readers(self, declared: Readers) -> dict[str, tuple[str, ...]]:
+        readers: dict[str, tuple[str, ...]] = {}
+        for name, topics in declared.items():
+            check_endpoint(name)
+            if name in self.endpoints:
+                raise ConfigurationError(f"{name!r} is an endpoint of this app: a reader "
+                                         "endpoint is one hosted elsewhere (a Spark job)")
+            if isinstance(topics, str):
+                raise ConfigurationError(f"reader {name!r}: give a list of topics, not the "
+                                         f"string {topics!r}")
+            readers[name] = tuple(dict.fromkeys(_topic(name, t) for t in topics))
+        return readers
+
     def _subscriptions(self) -> dict[str, list[str]]:
         subscriptions: dict[str, list[str]] = {}
         for endpoint in self.endpoints.values():
             for contract in endpoint.events():
                 subscriptions.setdefault(topic_of(contract), []).append(endpoint.name)  # type: ignore[arg-type]
+        for name, topics in self.readers.items():
+            for topic in topics:
+                subscriptions.setdefault(topic, []).append(name)
         return subscriptions
+
+
+def _topic(reader: str, topic: type[Event] | str) -> str:
+    if isinstance(topic, str):
+        return topic
+    if isinstance(topic, type) and issubclass(topic, Event):
+        return topic_of(topic)
+    raise ConfigurationError(f"reader {reader!r}: {topic!r} is neither an event class nor a "
+                             "topic name")

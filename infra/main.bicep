@@ -70,7 +70,7 @@ param sparkPrincipalId string = ''
 @allowed(['User', 'Group', 'ServicePrincipal'])
 param sparkPrincipalType string = 'ServicePrincipal'
 
-@description('Queue names of the Spark reader endpoints (`python -c "from bus.naming import Names; print(Names(\'<prefix>\').queue(\'analytics\'))"`). Each gets its queue and poison queue, and only the Spark principal gets data roles on them.')
+@description('Queue names of Spark reader endpoints the app does not declare (`python -c "from bus.naming import Names; print(Names(\'<prefix>\').queue(\'analytics\'))"`); those it declares (BusFunctions(readers=...)) come from topology.json. Each gets its queue and poison queue, and only the Spark principal gets data roles on them.')
 param sparkReaderQueues array = []
 
 @description('Optional: object id of the user, group or pipeline that runs `func azure functionapp publish`: gets Website Contributor on the Function App (the publish goes through its SCM endpoint) and no storage role - the platform writes the package with the deployment identity.')
@@ -82,6 +82,10 @@ param publisherPrincipalType string = 'User'
 
 var abbrs = loadJsonContent('abbreviations.json')
 var topology = loadJsonContent('topology.json')
+// The reader endpoints the app declares (their subscriptions are in the topic files) and any
+// others given as a parameter.
+var declaredReaderQueues = [for reader in topology.readers: reader.queue]
+var readerQueues = union(declaredReaderQueues, sparkReaderQueues)
 var resourceToken = toLower(uniqueString(subscription().id, resourceGroup().id, environmentName, location))
 var tags = {
   'azd-env-name': environmentName
@@ -132,7 +136,7 @@ module storage 'app/storage.bicep' = {
     skuName: storageSku
     deploymentContainerName: 'app-package-${resourceToken}'
     durableHubName: durableHubName
-    sparkReaderQueues: sparkReaderQueues
+    sparkReaderQueues: readerQueues
     logAnalyticsWorkspaceId: monitoring.outputs.logAnalyticsWorkspaceId
   }
 }
@@ -148,7 +152,7 @@ module rbac 'app/rbac.bicep' = {
     durableContainerNames: storage.outputs.durableContainerNames
     sparkStagingTableName: storage.outputs.sparkStagingTableName
     sparkStagingContainerName: storage.outputs.sparkStagingContainerName
-    sparkReaderQueues: sparkReaderQueues
+    sparkReaderQueues: readerQueues
     applicationInsightsName: monitoring.outputs.applicationInsightsName
     appPrincipalId: appIdentity.properties.principalId
     deployPrincipalId: deployIdentity.properties.principalId

@@ -5,6 +5,7 @@ by ``infra/*.bicep`` with ``loadJsonContent``, so endpoints and subscriptions ar
 in the code. It holds, for the deployment's prefix:
 
 * per endpoint: its queue, poison queue and state table;
+* per reader endpoint (hosted elsewhere: a Spark job): its queue and poison queue;
 * the bus-wide tables (inbox tokens, send ledger, ...) and containers (payloads, topics);
 * per topic: its subscribers and the exact blob (name and bytes) the bus reads for it;
 * the command routes (information for operators; nothing is deployed from them).
@@ -50,6 +51,15 @@ class EndpointResources:
 
 
 @dataclass(frozen=True)
+class ReaderResources:
+    """The queues of a reader endpoint (``Bus(readers=...)``): no state table."""
+
+    name: str
+    queue: str
+    poison_queue: str
+
+
+@dataclass(frozen=True)
 class TopicFile:
     """One topic's recipient list, as the blob the bus reads (``blob`` in the topic container,
     ``content`` its exact text)."""
@@ -74,6 +84,7 @@ class TopologyFile:
     topic_container: str
     topics: tuple[TopicFile, ...]
     routes: Mapping[str, str]
+    readers: tuple[ReaderResources, ...] = ()
 
     @classmethod
     def from_bus(cls, bus: Bus, *, app: str, prefix: str | None = None) -> TopologyFile:
@@ -90,8 +101,12 @@ class TopologyFile:
                               poison_queue=names.poison_queue(name),
                               state_table=names.state_table(name))
             for name in sorted(topology.endpoints))
+        readers = tuple(ReaderResources(name=name, queue=names.queue(name),
+                                        poison_queue=names.poison_queue(name))
+                        for name in sorted(topology.readers))
         queues, tables, containers = provisioned(bus, names.prefix)
-        described = {e.queue for e in endpoints} | {e.poison_queue for e in endpoints}
+        described = {q for e in endpoints for q in (e.queue, e.poison_queue)}
+        described |= {q for r in readers for q in (r.queue, r.poison_queue)}
         if queues != described:
             raise ConfigurationError(
                 f"Bus.provision() creates queues {sorted(queues - described)} that are not an "
@@ -103,7 +118,7 @@ class TopologyFile:
                    containers=tuple(sorted(containers)),
                    payload_container=names.payload_container,
                    topic_container=names.topic_container, topics=topics,
-                   routes=dict(sorted(topology.routes.items())))
+                   routes=dict(sorted(topology.routes.items())), readers=readers)
 
     def to_json(self) -> str:
         """The file's text: camelCase keys for Bicep, sorted, indented, newline-terminated."""
@@ -120,6 +135,8 @@ class TopologyFile:
             "topics": [{"topic": t.topic, "blob": t.blob, "subscribers": list(t.subscribers),
                         "content": t.content} for t in self.topics],
             "routes": dict(self.routes),
+            "readers": [{"name": r.name, "queue": r.queue, "poisonQueue": r.poison_queue}
+                        for r in self.readers],
         }
         return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
@@ -137,7 +154,8 @@ def provisioned(bus: Bus, prefix: str) -> tuple[set[str], set[str], set[str]]:
         for contract in endpoint.commands():  # keyed by class too, as the app declared them
             routes[contract] = bus.topology.routes[contract.message_type]
     twin = Bus(Storage(memory.queues, blobs, memory.tables),
-               list(bus.topology.endpoints.values()), prefix=prefix, routes=routes)
+               list(bus.topology.endpoints.values()), prefix=prefix, routes=routes,
+               readers=bus.topology.readers)
     twin.provision()
     return set(memory.queues.names()), set(memory.tables.names()), set(blobs.created)
 

@@ -12,17 +12,19 @@ from bus.seams import Seams
 from bus.serialization import Serializer
 from bus.settings import Settings
 from bus.storage import Storage
+from bus.topology import Readers
 
 
 def seamed_bus(seams: Seams, storage: Storage, endpoints: Sequence[Endpoint] = (), *,
                prefix: str = "", routes: Mapping[type[Message] | str, str] | None = None,
                settings: Settings | None = None, serializer: Serializer | None = None,
                middleware: Sequence[Middleware] = (),
-               max_queue_depths: Mapping[str, int] | None = None) -> Bus:
+               max_queue_depths: Mapping[str, int] | None = None,
+               readers: Readers | None = None) -> Bus:
     """``Bus(storage, endpoints, ...)`` whose clock, ids, sleeps and safeguards are ``seams``'s
     (for tests and the simulation: production never replaces them)."""
     bus = Bus.__new__(Bus)
     bus._assemble(storage, endpoints, prefix=prefix, routes=routes, settings=settings,
                   serializer=serializer, middleware=middleware,
-                  max_queue_depths=max_queue_depths, seams=seams)
+                  max_queue_depths=max_queue_depths, seams=seams, readers=readers)
     return bus

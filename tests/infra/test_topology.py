@@ -186,3 +186,39 @@ def test_a_queue_the_file_has_no_place_for_is_an_error(
     monkeypatch.setattr(Bus, "provision", provision_more)
     with pytest.raises(ConfigurationError, match=r"creates queues \['extra'\]"):
         TopologyFile.from_bus(app_bus, app="function_app")
+
+
+def test_reader_endpoints_get_their_queues_and_subscriptions_in_the_file(
+        app_environment: None) -> None:
+    """A Spark job reading ``analytics`` is declared in the app: the deployment then makes its
+    queues and writes its subscriptions, and a Spark identity that may only read topic files
+    finds itself subscribed."""
+    from function_app import OrderBilled, OrderPlaced, billing, orders, shipping
+
+    bus = Bus(InMemoryStorage(), [orders, billing, shipping],
+              readers={"analytics": [OrderBilled, "Audit"], "audit": ["Audit"]})
+    document = json.loads(TopologyFile.from_bus(bus, app="function_app").to_json())
+    assert document["readers"] == [
+        {"name": "analytics", "poisonQueue": "analytics-poison", "queue": "analytics"},
+        {"name": "audit", "poisonQueue": "audit-poison", "queue": "audit"}]
+    subscribers = {t["topic"]: t["subscribers"] for t in document["topics"]}
+    assert subscribers == {"Audit": ["analytics", "audit"], "OrderBilled": ["orders", "analytics"],
+                           OrderPlaced.message_type: ["billing", "shipping"]}
+    assert not any(e["name"] == "analytics" for e in document["endpoints"])  # not hosted
+    bus.provision()
+    assert bus.topics.subscribers("OrderBilled") == ["orders", "analytics"]
+    assert {"analytics", "analytics-poison"} <= set(bus.storage.queues.names())  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("readers", "problem"), [
+    ({"orders": ["Audit"]}, "'orders' is an endpoint of this app"),
+    ({"analytics": "Audit"}, "give a list of topics"),
+    ({"analytics": [42]}, "neither an event class nor a topic name"),
+    ({"Bad Name!": ["Audit"]}, "endpoint name"),
+])
+def test_a_wrong_reader_is_refused_at_start_up(app_environment: None,
+                                               readers: dict[str, object], problem: str) -> None:
+    from function_app import orders
+
+    with pytest.raises((ConfigurationError, ValueError), match=problem):
+        Bus(InMemoryStorage(), [orders], readers=readers)  # type: ignore[arg-type]

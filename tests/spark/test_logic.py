@@ -427,3 +427,38 @@ def test_a_batch_read_takes_every_part_of_the_bundles_it_receives(bus: Bus,
     d = drainer(bus)
     keys = BatchRead(d, Staging(bus.storage, "")).read("bundled", 10_000, partitions)
     assert sorted(read_ids(bus, keys)) == sorted(f"m{i}" for i in range(40))
+
+
+def test_a_reader_that_may_not_write_topic_files_is_told_how_to_get_subscribed() -> None:
+    """The deployment's Spark identity reads topic files and writes none (Azure answers a write
+    with 403): a subscription the app declares is found; a missing one says what to do."""
+    from azure.core.exceptions import HttpResponseError
+
+    from bus import ConfigurationError, Event
+    from bus.storage import Storage
+
+    class Audit(Event):
+        what: str
+
+    memory = InMemoryStorage()
+    Bus(memory, readers={"analytics": [Audit]}).provision()  # the deployment
+
+    class ReadOnlyTopics:
+        def __init__(self, blobs: object) -> None:
+            self._blobs = blobs
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self._blobs, name)
+
+        def write(self, *args: object, **kwargs: object) -> str:
+            error = HttpResponseError("This request is not authorized to perform this "
+                                      "operation using this permission.")
+            error.status_code = 403
+            raise error
+
+    spark_bus = Bus(Storage(memory.queues, ReadOnlyTopics(memory.blobs),  # type: ignore[arg-type]
+                            memory.tables))
+    subscribe(spark_bus, "analytics", ["Audit"])  # declared: only read
+    with pytest.raises(ConfigurationError, match=r"'analytics' is not subscribed to 'Other'.*"
+                                                 r"readers=\{'analytics': \['Other'\]\}"):
+        subscribe(spark_bus, "analytics", ["Other"])

@@ -28,7 +28,7 @@ import pyspark
 import bus.spark
 from bus import Bus
 from bus.adapters.azure import AzureStorage
-from tests.spark.contracts import RecordSale, SaleRecorded
+from tests.spark.contracts import LABEL, RecordSale, SaleRecorded
 from tests.spark.jobs import FailOnce
 
 pytestmark = pytest.mark.azurite
@@ -429,3 +429,68 @@ def test_a_sas_or_a_credential_provider_signs_on_the_executors(
      .mode("append").save())
     assert (latest(conn).published, latest(conn).already_sent) == (5, 20)
     assert tokens(client) == 25
+
+
+SHIPMENT = "tests.spark.contracts:Shipment"
+
+
+def shipments(spark: Any) -> Any:
+    return spark.createDataFrame(
+        [("s1", [("a", 2), ("b", 1)], {"city": "Oslo"}, bytearray(LABEL), ("a", 2)),
+         ("s2", [], {}, bytearray(b""), None)],
+        "shipment_id string, lines array<struct<sku:string,quantity:int>>, "
+        "address map<string,string>, label binary, first struct<sku:string,quantity:int>")
+
+
+@pytest.mark.parametrize("via", [pytest.param("format", marks=data_source), "publish"])
+def test_structs_arrays_maps_and_binary_go_out_and_come_back_typed(
+        spark: Any, conn: dict[str, str], via: str) -> None:
+    from tests.spark.contracts import Shipment
+
+    options = {"connection_string": conn["connection_string"], "prefix": conn["prefix"]}
+    if via == "format":
+        (shipments(spark).write.format("bus")
+         .options(**conn, message_type=SHIPMENT, destination="sink", key_column="shipment_id")
+         .mode("append").save())
+        read = (spark.read.format("bus")
+                .options(**conn, endpoint="sink", run_key="typed", message_type=SHIPMENT)
+                .load())
+    else:
+        bus.spark.publish(shipments(spark), Shipment, destination="sink",
+                          key_column="shipment_id", **options)
+        read = bus.spark.receive(spark, "sink", run_key="typed", message_type=Shipment,
+                                 **options)
+    assert read.schema["lines"].dataType.simpleString() == \
+        "array<struct<sku:string,quantity:bigint>>"
+    rows = {r.shipment_id: r for r in read.collect()}
+    s1, s2 = rows["s1"], rows["s2"]
+    assert [(line.sku, line.quantity) for line in s1.lines] == [("a", 2), ("b", 1)]
+    assert (s1.address, bytes(s1.label), s1.first.sku) == ({"city": "Oslo"}, LABEL, "a")
+    assert (s2.lines, s2.address, bytes(s2.label), s2.first) == ([], {}, b"", None)
+
+
+@pytest.mark.parametrize("via", [pytest.param("format", marks=data_source), "receive"])
+def test_a_schema_given_picks_columns_and_can_ask_for_text_or_bytes(
+        spark: Any, conn: dict[str, str], via: str) -> None:
+    from tests.spark.contracts import Shipment
+
+    options = {"connection_string": conn["connection_string"], "prefix": conn["prefix"]}
+    bus.spark.publish(shipments(spark), Shipment, destination="sink", key_column="shipment_id",
+                      **options)
+    schema = "shipment_id string, lines string, label binary, payload binary"
+    if via == "format":
+        def read(schema: str) -> Any:
+            return (spark.read.format("bus").schema(schema)
+                    .options(**conn, endpoint="sink", run_key="picked", message_type=SHIPMENT)
+                    .load().collect())
+    else:
+        def read(schema: str) -> Any:
+            return bus.spark.receive(spark, "sink", run_key="picked", message_type=Shipment,
+                                     schema=schema, **options).collect()
+    with pytest.raises(Exception, match=r"'label' is binary \(or string\), not bigint"):
+        read("shipment_id string, label bigint")
+    rows = {r.shipment_id: r for r in read(schema)}
+    assert list(rows["s1"].asDict()) == ["shipment_id", "lines", "label", "payload"]
+    assert rows["s1"].lines == '[{"sku": "a", "quantity": 2}, {"sku": "b", "quantity": 1}]'
+    assert bytes(rows["s1"].label) == LABEL
+    assert Shipment.model_validate_json(bytes(rows["s2"].payload)).shipment_id == "s2"

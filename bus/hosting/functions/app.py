@@ -30,6 +30,7 @@ from bus.messages import Message
 from bus.protocol.delivery import Handoff
 from bus.protocol.records import RecordKey
 from bus.settings import Settings
+from bus.topology import Readers
 
 log = logging.getLogger(__name__)
 
@@ -94,12 +95,14 @@ class BusFunctions(df.Blueprint):  # type: ignore[misc]
     """Every function the bus needs, for ``app.register_functions``.
 
     ``bus`` is the configured Bus (for provisioning and client sends from the same settings).
+    ``readers``: endpoints hosted elsewhere (Spark jobs) and the topics each subscribes to; the
+    app provisions and subscribes them, and does not host them.
     """
 
     def __init__(self, endpoints: Sequence[Endpoint], *,
                  routes: Mapping[type[Message] | str, str] | None = None,
                  settings: Settings | None = None, environ: Mapping[str, str] | None = None,
-                 host_json: Path | None = None) -> None:
+                 host_json: Path | None = None, readers: Readers | None = None) -> None:
         super().__init__()
         self.config = AppConfig.from_environment(environ, host_json)
         settings = (settings or Settings()).model_copy(
@@ -110,7 +113,7 @@ class BusFunctions(df.Blueprint):  # type: ignore[misc]
         if self.config.encryption.keys:
             settings = settings.model_copy(update={"encryption": self.config.encryption})
         self.bus = Bus(self.config.storage(), endpoints, prefix=self.config.prefix,
-                       routes=routes, settings=settings)
+                       routes=routes, settings=settings, readers=readers)
         # BUS_DELIVERY_THREADS: None runs deliveries on the event loop's default executor.
         threads = self.config.delivery_threads
         self.delivery_executor = (

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from bus.integrations.spark.batch import BatchRead, sweep_reads
+from bus.integrations.spark.columns import schema_ddl, select
 from bus.integrations.spark.options import (
     Connection,
     OptionError,
@@ -26,7 +27,7 @@ from bus.integrations.spark.options import (
     check_message_class,
 )
 from bus.integrations.spark.options import key_columns as _key_columns
-from bus.integrations.spark.reader import Drainer, schema_ddl, staged_rows
+from bus.integrations.spark.reader import Drainer, staged_rows
 from bus.integrations.spark.reader import subscribe as _subscribe
 from bus.integrations.spark.staging import Staging
 from bus.integrations.spark.writer import (
@@ -87,10 +88,48 @@ class _PublishTask:
 
         context = TaskContext.get()
         partition_id = context.partitionId() if context is not None else 0
-        rows = (row for batch in batches for row in batch.to_pylist())
+        rows = (row for batch in batches for row in _pylist(batch))
         report = self.job.publish(partition_id, rows)
         yield pa.RecordBatch.from_pylist([report_values(report)],
                                          schema=pa.schema(report_fields()))
+
+
+def _pylist(batch: Any) -> list[dict[str, Any]]:
+    """An Arrow batch's rows as dicts, map columns as dicts too: Arrow gives a map as a list of
+    key-value pairs (``maps_as_pydicts`` is too new for the pyarrow of older runtimes)."""
+    rows: list[dict[str, Any]] = batch.to_pylist()
+    mapped = [f for f in batch.schema if _has_map(f.type)]
+    for row in rows:
+        for f in mapped:
+            row[f.name] = _dicts(row[f.name], f.type)
+    return rows
+
+
+def _has_map(kind: Any) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_map(kind):
+        return True
+    if pa.types.is_struct(kind):
+        return any(_has_map(kind.field(i).type) for i in range(kind.num_fields))
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return _has_map(kind.value_type)
+    return False
+
+
+def _dicts(value: Any, kind: Any) -> Any:
+    import pyarrow as pa
+
+    if value is None:
+        return None
+    if pa.types.is_map(kind):
+        return {k: _dicts(v, kind.item_type) for k, v in value}
+    if pa.types.is_struct(kind):
+        return {kind.field(i).name: _dicts(value[kind.field(i).name], kind.field(i).type)
+                for i in range(kind.num_fields)}
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return [_dicts(v, kind.value_type) for v in value]
+    return value
 
 
 def report_fields() -> list[tuple[str, Any]]:
@@ -130,13 +169,14 @@ def receive(spark: SparkSession, endpoint: str, *, run_key: str,
             message_type: type[Message] | str | None = None, max_messages: int = 10_000,
             lease_seconds: float = 300.0, subscribe: Sequence[str] = (),
             connection_string: str | None = None, account_name: str | None = None,
-            prefix: str = "", settings: Settings | None = None,
+            prefix: str = "", settings: Settings | None = None, schema: Any = None,
             **credentials: Any) -> DataFrame:
     """The messages pending at ``endpoint`` as a DataFrame, each taken exactly once. The
     first call with a ``run_key`` drains and stages; later calls with it return the same rows
     until ``commit_read``, which settles them once the results are stored: a run that fails
     before leaves them to the next read, whatever its run key (docs/spark.md). Columns:
-    docs/spark.md. ``settings``: signing and encryption (docs/signing.md)."""
+    docs/spark.md. ``settings``: signing and encryption (docs/signing.md). ``schema`` (DDL
+    text or a ``StructType``): the columns to return, by name, as ``.schema()`` of a read."""
     if message_type is not None and not isinstance(message_type, str):
         message_type = check_message_class(message_type, repr(message_type))
     options = ReadOptions(_connection(connection_string, account_name, prefix, settings,
@@ -149,11 +189,25 @@ def receive(spark: SparkSession, endpoint: str, *, run_key: str,
     bus = options.connection.bus()
     staging = Staging(bus.storage, prefix)
     contract = options.contract()
+    struct = None if schema is None else _struct(schema)  # checked before anything is taken
+    selection = None if struct is None else select(
+        contract, [(f.name, f.dataType.simpleString()) for f in struct.fields])
     drainer = Drainer(bus, staging, endpoint, contract=contract, lease_seconds=lease_seconds)
     drainer.prepare(options.subscribe)
     keys = BatchRead(drainer, staging).read(run_key, max_messages)
-    rows = [row for key in keys for row in staged_rows(staging, key, contract)]
-    return spark.createDataFrame(rows, schema=schema_ddl(contract))
+    rows = [row for key in keys for row in staged_rows(staging, key, contract, selection)]
+    return spark.createDataFrame(rows, schema=struct if struct is not None
+                                 else schema_ddl(contract))
+
+
+def _struct(schema: Any) -> Any:
+    """A ``StructType`` from itself or DDL text (parsed by the session's Spark)."""
+    from pyspark.sql.types import StructType, _parse_datatype_string
+
+    struct = _parse_datatype_string(schema) if isinstance(schema, str) else schema
+    if not isinstance(struct, StructType):
+        raise OptionError(f"schema must be a StructType or DDL text of columns, not {schema!r}")
+    return struct
 
 
 def commit_read(endpoint: str, run_key: str, *, connection_string: str | None = None,

@@ -230,6 +230,8 @@ class ReadOptions:
     run_key: str | None = None  # batch reads: the staging key
     consumer: str | None = None  # streaming reads: the stable consumer name
     poll_seconds: float = 1.0
+    columns: tuple[tuple[str, str], ...] | None = None
+    """The columns of a user-supplied schema (``columns.select``); None: every column."""
 
     def contract(self) -> type[Message] | None:
         return None if self.message_class is None else resolve_contract(self.message_class)

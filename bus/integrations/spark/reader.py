@@ -30,20 +30,16 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import datetime as dt
 import json
 import logging
-import types
-import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 from bus.bus import Bus
 from bus.envelope import BadSignal, Envelope, PayloadRef, decode_signal
-from bus.errors import PayloadError
-from bus.integrations.spark.options import OptionError
+from bus.errors import ConfigurationError, PayloadError
+from bus.integrations.spark.columns import Selection, row_of
 from bus.integrations.spark.staging import MARKER, StagedRow, Staging, each, retried
 from bus.messages import Message
 from bus.protocol.bundles import Part, parts
@@ -53,51 +49,13 @@ from bus.storage import EntityValue, NotFound, QueueMessage
 
 log = logging.getLogger("bus.spark")
 
-BASE_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("message_id", "string"), ("message_type", "string"), ("correlation_id", "string"),
-    ("causation_id", "string"), ("source", "string"), ("topic", "string"),
-    ("sent_at", "timestamp"), ("headers", "map<string,string>"), ("payload", "string"))
-"""The columns of every row read from the bus; ``payload`` is the message as JSON text."""
-
-_SIMPLE = {str: "string", int: "bigint", float: "double", bool: "boolean",
-           dt.datetime: "timestamp", dt.date: "date"}
-
-
-def contract_columns(contract: type[Message] | None) -> list[tuple[str, str]]:
-    """The parsed columns a read adds for ``message_type``: one per field of the contract
-    (strings, numbers, booleans, dates and timestamps as such; anything else as JSON text)."""
-    if contract is None:
-        return []
-    taken = {name for name, _ in BASE_COLUMNS}
-    columns = []
-    for name, f in contract.model_fields.items():
-        if name in taken:
-            raise OptionError(f"{contract.message_type}.{name} has the name of a standard "
-                              "column; read without message_type and parse 'payload' yourself")
-        columns.append((name, _spark_type(f.annotation)))
-    return columns
-
-
-def schema_ddl(contract: type[Message] | None) -> str:
-    return ", ".join(f"`{name}` {kind}" for name, kind in (*BASE_COLUMNS,
-                                                            *contract_columns(contract)))
-
-
-def _spark_type(annotation: Any) -> str:
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if len(args) == 1:
-            return _spark_type(args[0])
-    if annotation is Decimal:
-        return "string"
-    return _SIMPLE.get(annotation, "string")
-
-
 @dataclass(frozen=True)
 class _Taken:
     part: Part[QueueMessage]
     envelope: Envelope
     payload: str
+    binary: bool
+    """``payload`` is the base64 of binary bytes."""
 
 
 class Drainer:
@@ -215,46 +173,47 @@ class Drainer:
             elif found is not Verdict.PROCESS:
                 self._delete(part)  # in the poison queue, or set aside by a handler
             else:
-                problem, payload = self._payload(envelope)
+                problem, payload, binary = self._payload(envelope)
                 if payload is None:
                     self._poison(part, envelope, problem, token)
                     continue
                 seen.add(envelope.attempt_id)
-                taken.append(_Taken(part, envelope, payload))
+                taken.append(_Taken(part, envelope, payload, binary))
         return taken, extra
 
-    def _payload(self, envelope: Envelope) -> tuple[str, str | None]:
-        """The payload as text, or why it cannot be taken."""
+    def _payload(self, envelope: Envelope) -> tuple[str, str | None, bool]:
+        """The payload as text (base64 for binary bytes: the third value says so), or why it
+        cannot be taken."""
         contract = self._contract
         if contract is not None and envelope.message_type != contract.message_type:
             return (f"message type {envelope.message_type!r} arrived at {self.endpoint!r}, "
-                    f"whose reader expects {contract.message_type!r}", None)
+                    f"whose reader expects {contract.message_type!r}", None, False)
         if envelope.payload_ref is None:
             data = envelope.inline_payload()
         elif not self._bus.payloads.confined(envelope, self.endpoint):
-            return self._bus.payloads.outside(envelope, self.endpoint), None
+            return self._bus.payloads.outside(envelope, self.endpoint), None, False
         else:
             try:
                 found = self._staging.retried(self._bus.payloads.get, envelope.payload_ref)
             except PayloadError as exc:
-                return str(exc), None
+                return str(exc), None, False
             if found is None:
-                return f"payload blob {envelope.payload_ref.blob} is missing", None
+                return f"payload blob {envelope.payload_ref.blob} is missing", None, False
             data = found
         try:
             data = self._bus.sealer.open(envelope, data)  # the signed digest; decryption
         except BadSignal as exc:
-            return str(exc), None
+            return str(exc), None, False
         if contract is not None:
             try:
                 self._bus.serializer.loads(data, contract)
             except PayloadError as exc:
-                return str(exc), None
+                return str(exc), None, False
         binary = (envelope.payload_encoding == "base64" if envelope.encryption is None
                   else not self._bus.serializer.text)  # a ciphertext is base64 whatever it hid
         if binary:
-            return "", base64.b64encode(data).decode("ascii")  # binary: kept base64-encoded
-        return "", data.decode("utf-8")
+            return "", base64.b64encode(data).decode("ascii"), True  # kept base64-encoded
+        return "", data.decode("utf-8"), False
 
     def _row(self, taken: _Taken, seq: int, *, whole: bool) -> StagedRow:
         e = taken.envelope
@@ -264,7 +223,8 @@ class Drainer:
             "correlation_id": e.correlation_id, "causation_id": e.causation_id,
             "source": e.source, "topic": e.topic, "sent_at": e.sent_at.isoformat(),
             "headers": json.dumps(e.headers), "attempt_id": e.attempt_id,
-            "queue_message": message.id, "receipt": message.pop_receipt, "whole": whole}
+            "queue_message": message.id, "receipt": message.pop_receipt, "whole": whole,
+            "binary": taken.binary or None}
         if e.payload_ref is not None:
             values["payload_container"] = e.payload_ref.container
             values["payload_blob"] = e.payload_ref.blob
@@ -378,32 +338,22 @@ def subscribe(bus: Bus, endpoint: str, topics: Sequence[str] = ()) -> None:
     retried(queues.create_queue, bus.names.queue(endpoint))
     retried(queues.create_queue, bus.names.poison_queue(endpoint))
     for topic in topics:
-        bus.topics.subscribe(topic, endpoint)
+        try:
+            bus.topics.subscribe(topic, endpoint)  # reads first: writes only when missing
+        except Exception as exc:
+            if getattr(exc, "status_code", None) != 403:
+                raise
+            raise ConfigurationError(
+                f"{endpoint!r} is not subscribed to {topic!r}, and this identity may not write "
+                "topic files: declare the reader in the app (BusFunctions(..., readers="
+                f"{{{endpoint!r}: [{topic!r}]}})), run `python -m bus topology export` and "
+                "deploy - the deployment writes the subscription") from exc
 
 
-def staged_rows(staging: Staging, key: str,
-                contract: type[Message] | None) -> list[tuple[Any, ...]]:
+def staged_rows(staging: Staging, key: str, contract: type[Message] | None,
+                selection: Selection | None = None) -> list[tuple[Any, ...]]:
     """The rows of a staged batch, in the order they were taken, as tuples in the column
-    order of ``schema_ddl(contract)``."""
+    order of ``schema_ddl(contract)`` (or of ``selection``: ``columns.select``)."""
     rows = [values for row_key, values in staging.rows(key) if row_key != MARKER]
     rows.sort(key=lambda values: int(str(values.get("seq") or 0)))
-    return [to_tuple(values, contract) for values in rows]
-
-
-def to_tuple(values: dict[str, EntityValue], contract: type[Message] | None) -> tuple[Any, ...]:
-    base = (values["message_id"], values["message_type"], values["correlation_id"],
-            values.get("causation_id"), values["source"], values.get("topic"),
-            dt.datetime.fromisoformat(str(values["sent_at"])),
-            json.loads(str(values.get("headers") or "{}")), values["payload"])
-    if contract is None:
-        return base
-    message = contract.model_validate_json(str(values["payload"]))
-    dumped = message.model_dump(mode="json")
-    parsed = []
-    for name, kind in contract_columns(contract):
-        value = getattr(message, name)
-        if kind == "string" and value is not None and not isinstance(value, str):
-            value = json.dumps(dumped[name]) if not isinstance(dumped[name], str) \
-                else dumped[name]
-        parsed.append(value)
-    return (*base, *parsed)
+    return [row_of(values, contract, selection) for values in rows]

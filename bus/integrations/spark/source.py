@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark.sql import Row, SparkSession
@@ -29,6 +29,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from bus.integrations.spark.batch import BatchRead
+from bus.integrations.spark.columns import Selection, every_column, schema_ddl, select
 from bus.integrations.spark.options import (
     OptionError,
     ReadOptions,
@@ -37,7 +38,7 @@ from bus.integrations.spark.options import (
     resolve_contract,
     write_options,
 )
-from bus.integrations.spark.reader import Drainer, schema_ddl, staged_rows
+from bus.integrations.spark.reader import Drainer, staged_rows
 from bus.integrations.spark.staging import Staging
 from bus.integrations.spark.stream import DEFAULT, StreamConsumer, split
 from bus.integrations.spark.writer import JobWriter, PartReport, check_columns
@@ -89,11 +90,26 @@ class BusDataSource(DataSource):
         return job
 
     def reader(self, schema: StructType) -> BusReader:
-        return BusReader(read_options(self.options, streaming=False, contracts=self.contracts))
+        return BusReader(_with_schema(read_options(self.options, streaming=False,
+                                                   contracts=self.contracts), schema))
 
     def streamReader(self, schema: StructType) -> BusStreamReader:  # noqa: N802 (Spark's name)
-        return _stream_reader(read_options(self.options, streaming=True,
-                                           contracts=self.contracts))
+        return _stream_reader(_with_schema(read_options(self.options, streaming=True,
+                                                        contracts=self.contracts), schema))
+
+
+def _with_schema(options: ReadOptions, schema: StructType) -> ReadOptions:
+    """``options`` with the columns of a schema the user gave (``.schema(...)``); Spark passes
+    the data source's own schema when the user gave none."""
+    wanted = columns_of(schema)
+    if wanted == every_column(options.contract()):
+        return options
+    return replace(options, columns=select(options.contract(), wanted))
+
+
+def columns_of(schema: StructType) -> Selection:
+    """A Spark schema's columns as (name, ``simpleString()``)."""
+    return tuple((f.name, f.dataType.simpleString()) for f in schema.fields)
 
 
 # -- writing -------------------------------------------------------------------------------------
@@ -189,7 +205,8 @@ def _read(options: ReadOptions, partition: InputPartition) -> list[tuple[Any, ..
     assert isinstance(partition, _Batch)
     contract: type[Message] | None = options.contract()
     staging = Staging(options.connection.storage(), options.connection.prefix)
-    return [row for key in partition.keys for row in staged_rows(staging, key, contract)]
+    return [row for key in partition.keys
+            for row in staged_rows(staging, key, contract, options.columns)]
 
 
 class BusStreamReader(DataSourceStreamReader):
