@@ -18,14 +18,21 @@ from bus.naming import check_endpoint
 from bus.protocol.topics import Topics
 from bus.serialization import Serializer
 
+SessionOf = Callable[[str, Message], "str | None"]
+"""The session key a destination's handler gives a message (None: that handler has none)."""
+Sequencer = Callable[[str, str], tuple[str, int]]
+"""Numbers a copy for a destination and session: its stream and sequence number."""
+
 
 class Addressing:
     def __init__(self, *, source: str, routes: Mapping[str, str], topics: Topics,
                  serializer: Serializer, new_id: IdFactory, clock: Callable[[], float],
                  known: Collection[str] | None = None,
-                 seal: Callable[[Envelope], Envelope] = lambda e: e) -> None:
+                 seal: Callable[[Envelope], Envelope] = lambda e: e,
+                 session_of: SessionOf | None = None) -> None:
         self.source = source
         self._routes = routes
+        self._session_of = session_of
         self._known = known
         self._topics = topics
         self._serializer = serializer
@@ -35,8 +42,11 @@ class Addressing:
 
     def envelopes(self, message: Message, *, message_id: str, correlation_id: str,
                   causation_id: str | None, headers: Mapping[str, str] | None = None,
-                  to: str | None = None, delay: float = 0.0) -> list[Envelope]:
-        """The copies of ``message``; ``delay`` seconds > 0 schedules their delivery."""
+                  to: str | None = None, delay: float = 0.0,
+                  sequencer: Sequencer | None = None) -> list[Envelope]:
+        """The copies of ``message``; ``delay`` seconds > 0 schedules their delivery. A copy
+        for a handler with sessions carries its session key and, with a ``sequencer``, its
+        stream and sequence number (``bus.protocol.sessions``)."""
         if delay < 0:
             raise ValueError(f"delay must be 0 or more seconds, not {delay}")
         destinations, topic = self._destinations(message, to)
@@ -52,9 +62,21 @@ class Addressing:
                 topic=topic, correlation_id=correlation_id, causation_id=causation_id,
                 headers=dict(headers or {}), sent_at=sent_at,
                 content_type=self._serializer.content_type, payload=text,
-                payload_encoding=encoding, not_before=not_before))
+                payload_encoding=encoding, not_before=not_before,
+                **self._numbering(destination, message, sequencer)))
             for destination in destinations
         ]
+
+    def _numbering(self, destination: str, message: Message,
+                   sequencer: Sequencer | None) -> dict[str, object]:
+        """The session fields of the copy for ``destination``."""
+        session = self._session_of(destination, message) if self._session_of else None
+        if session is None:
+            return {}
+        if sequencer is None:
+            return {"session": session}
+        stream, sequence = sequencer(destination, session)
+        return {"session": session, "stream": stream, "sequence": sequence}
 
     def _destinations(self, message: Message, to: str | None) -> tuple[list[str], str | None]:
         if isinstance(message, Command):

@@ -19,6 +19,7 @@ from bus.middleware import Middleware, Outgoing, SendNext, sending_chain
 from bus.naming import Names
 from bus.protocol.admission import Admission
 from bus.protocol.backpressure import Room
+from bus.protocol.counters import Counters
 from bus.protocol.courier import Courier
 from bus.protocol.deadletters import DeadLetters
 from bus.protocol.deferral import Deferrals
@@ -35,6 +36,8 @@ from bus.protocol.poisoning import Poisoning
 from bus.protocol.receive import Receiver
 from bus.protocol.sealing import Sealer
 from bus.protocol.send import Sender
+from bus.protocol.session_admin import Sessions
+from bus.protocol.sessions import check_session, client_stream
 from bus.protocol.slotcache import SlotCache
 from bus.protocol.sweeper import Sweeper
 from bus.protocol.topics import Topics
@@ -118,6 +121,9 @@ class Bus:
         self.ledger = Ledger(tables=storage.tables, table=self.names.ledger_table,
                              dispatcher_for=self._dispatcher, clock=clock, new_id=new_id,
                              safeguards=self.safeguards)
+        self.counters = Counters(tables=storage.tables, table=self.names.ledger_table,
+                                 stream=client_stream(self.settings.client_name),
+                                 new_id=new_id)
         self.marked = MarkedSender(courier=self.courier, new_id=new_id,
                                    resign=self.sealer.resign,
                                    together=self.safeguards.marks_with_tokens,
@@ -260,8 +266,9 @@ class Bus:
 
         def ledger(out: Outgoing) -> None:
             # The envelopes are built once: a retry must record the same copies.
+            # Not numbered: a repeated call would take a number it then does not use.
             envelopes = self._envelopes(out.message, out.to, out.message_id, correlation_id,
-                                        out.headers, delay=out.delay)
+                                        out.headers, delay=out.delay, numbered=False)
             retrying = transient_retries(self.settings.send_attempts,
                                          backoff(0.05, 2.0, self._random), self._sleep)
             recorded.append(bool(retrying(self.ledger.send, message_id, envelopes)))
@@ -299,7 +306,8 @@ class Bus:
 
                 def collect(out: Outgoing, index: int = index) -> None:
                     copies[index].extend(self._envelopes(
-                        out.message, out.to, out.message_id, None, out.headers))
+                        out.message, out.to, out.message_id, None, out.headers,
+                        numbered=False))
 
                 self._through_middleware(
                     self._outgoing(message, message_id, target, headers, 0.0), collect)
@@ -312,10 +320,13 @@ class Bus:
 
     def _envelopes(self, message: Message, to: str | None, message_id: str,
                    correlation_id: str | None, headers: Mapping[str, str] | None, *,
-                   delay: float | timedelta = 0.0) -> list[Envelope]:
+                   delay: float | timedelta = 0.0, numbered: bool = True) -> list[Envelope]:
+        """The client's copies of ``message``; those for handlers with sessions numbered in
+        the client's streams (``bus.protocol.counters``) unless ``numbered`` is False."""
         return self.addressing(self.settings.client_name).envelopes(
             message, message_id=message_id, correlation_id=correlation_id or message_id,
-            causation_id=None, headers=headers, to=to, delay=seconds(delay))
+            causation_id=None, headers=headers, to=to, delay=seconds(delay),
+            sequencer=self.counters.next if numbered else None)
 
     # -- receiving -------------------------------------------------------------------------
     def receiver(self, endpoint: str) -> Receiver:
@@ -371,7 +382,33 @@ class Bus:
     def addressing(self, source: str) -> Addressing:
         return Addressing(source=source, routes=self.topology.routes, topics=self.topics,
                           serializer=self.serializer, new_id=self.new_id, clock=self.clock,
-                          known=self.topology.destinations, seal=self.sealer.seal)
+                          known=self.topology.destinations, seal=self.sealer.seal,
+                          session_of=self._session_of)
+
+    def _session_of(self, destination: str, message: Message) -> str | None:
+        """The session key the destination's handler gives ``message`` (None when that
+        handler has no sessions, or the destination is not defined in this app: such copies
+        are handled in arrival order)."""
+        endpoint = self.topology.endpoints.get(destination)
+        session = endpoint.session_of(message.message_type) if endpoint is not None else None
+        if session is None:
+            return None
+        try:
+            return check_session(session(message), self.storage.tables.limits)
+        except StateError:
+            raise
+        except Exception as exc:
+            raise StateError(f"the session function of {destination!r} for "
+                             f"{message.message_type} raised {exc!r}") from exc
+
+    def sessions(self, endpoint: str) -> Sessions:
+        """The sessions of ``endpoint``: list, show, skip a gap, close
+        (``bus.protocol.session_admin``)."""
+        ep = self.topology.endpoint(endpoint)
+        return Sessions(endpoint=ep.name, tables=self.storage.tables,
+                        table=self.names.state_table(ep.name), outbox=self._outbox_of(ep.name),
+                        courier=self.courier, clock=self.clock, window=ep.reorder_window,
+                        skip_gaps=ep.skip_gaps)
 
     def dead_letters(self, endpoint: str) -> DeadLetters:
         """The poison queue of ``endpoint``: list, replay (exactly once), purge."""

@@ -13,6 +13,7 @@ from bus.ids import derived_message_id
 from bus.messages import Command, Event, Message, require_command, require_event
 from bus.middleware import Middleware, Outgoing, sending_chain
 from bus.protocol.outbox import RESERVED_PREFIX
+from bus.protocol.sessions import Numbering, SessionView
 from bus.storage import Entity, EntityValue, NotFound, Refused, TableOp, Tables
 from bus.storage.limits import StorageLimits, check_entity
 from bus.storage.limits import check_key as check_storage_key
@@ -130,6 +131,9 @@ class Context:
     """Whether the handler called ``defer``."""
     releases: list[tuple[str, str, int | None]] = field(default_factory=list)
     """``(endpoint, message id)`` of the deferred messages the handler released."""
+    session: SessionView | None = None
+    """The message's session (its state, ``close``) when its handler declares one."""
+    _numbering: Numbering | None = None
 
     @property
     def message_id(self) -> str:
@@ -171,13 +175,20 @@ class Context:
         self._outgoing.extend(self._addressing.envelopes(
             outgoing.message, message_id=outgoing.message_id,
             correlation_id=self.envelope.correlation_id, causation_id=self.envelope.message_id,
-            headers=outgoing.headers, to=outgoing.to, delay=outgoing.delay))
+            headers=outgoing.headers, to=outgoing.to, delay=outgoing.delay,
+            sequencer=self._numbering.next if self._numbering is not None else None))
 
     def defer(self) -> None:
         """Set this message aside instead of consuming it: when the handler returns, its state
         changes and sends commit as usual and the message waits, unprocessed, until it is
         released by id (``release_deferred`` or ``Bus.deferred(endpoint).release``). Record
-        ``message_id`` in your state to find it again. See ``bus.protocol.deferral``."""
+        ``message_id`` in your state to find it again. See ``bus.protocol.deferral``.
+
+        Not for a message in a session: its session orders it (StateError)."""
+        if self.session is not None:
+            raise StateError("a message in a session cannot be deferred: the session holds "
+                             "back what comes after it; keep what you wait for in "
+                             "ctx.session.state instead")
         self.deferred = True
 
     def release_deferred(self, message_id: str, *, endpoint: str | None = None,

@@ -39,6 +39,7 @@ class Route:
     partition: Callable[[Any], str]
     retry: RetryPolicy = DEFAULT_RETRY
     reads: Callable[[Any], Sequence[str]] | None = None
+    session: Callable[[Any], str] | None = None
 
 
 class Endpoint:
@@ -49,21 +50,33 @@ class Endpoint:
     handlers and their sends, inside the bus's own (``bus.middleware``).
     ``max_queue_depth``: senders are refused (and keep the message in their outbox) while the
     endpoint's queue holds this many messages (``bus.protocol.backpressure``).
+    ``reorder_window`` (seconds) and ``skip_gaps``: for handlers with sessions, how long a
+    missing message may hold up the ones after it, and what happens then - the session blocks
+    and is reported (the default), or with ``skip_gaps`` moves on past the gap, which is
+    recorded (``bus.protocol.sessions``).
     """
 
     def __init__(self, name: str, *, retry: RetryPolicy | None = None,
                  middleware: Sequence[Middleware] = (),
-                 max_queue_depth: int | None = None) -> None:
+                 max_queue_depth: int | None = None,
+                 reorder_window: float = 300.0, skip_gaps: bool = False) -> None:
         self.name = check_endpoint(name)
         self.routes: dict[str, Route] = {}
         self.retry = retry or DEFAULT_RETRY
         self.middleware = check_middleware(self.name, middleware)
         self.max_queue_depth = check_depth(self.name, max_queue_depth)
+        if isinstance(reorder_window, bool) or not isinstance(reorder_window, (int, float)) \
+                or not reorder_window >= 0:
+            raise ConfigurationError(
+                f"{self.name}: reorder_window must be 0 or more seconds, not {reorder_window!r}")
+        self.reorder_window = float(reorder_window)
+        self.skip_gaps = bool(skip_gaps)
 
     def handles(self, contract: type[M], *,
                 partition: Callable[[M], str],
                 retry: RetryPolicy | None = None,
                 reads: Callable[[M], Sequence[str]] | None = None,
+                session: Callable[[M], str] | None = None,
                 ) -> Callable[[HandlerFn[M]], HandlerFn[M]]:
         """Register the handler of ``contract``.
 
@@ -71,7 +84,10 @@ class Endpoint:
         type's retry policy. ``reads``: the state keys the handler will read (a hint: rows it
         reads without naming them are fetched when read; rows named but not read cost
         nothing extra). Up to 13 are fetched with the claim in one request on Azure (one
-        request reads 14 rows: ``StorageLimits.keys_per_read``).
+        request reads 14 rows: ``StorageLimits.keys_per_read``). ``session``: the message's
+        session key - the messages of a session are handled in the order each sender sent
+        them, with ``ctx.session`` (its state, ``close``); see ``bus.protocol.sessions``. The
+        session's row lives in the message's partition and commits with its state.
         """
         if not (isinstance(contract, type) and issubclass(contract, (Command, Event))):
             raise ConfigurationError(
@@ -84,19 +100,33 @@ class Endpoint:
             raise ConfigurationError(
                 f"{self.name}: reads= for {contract.message_type} must be a function from "
                 f"the message to the state keys its handler reads, got {reads!r}")
+        if session is not None and not callable(session):
+            raise ConfigurationError(
+                f"{self.name}: session= for {contract.message_type} must be a function from "
+                f"the message to its session key, got {session!r}")
         if contract.message_type in self.routes:
             raise ConfigurationError(
                 f"{self.name}: {contract.message_type} already has a handler")
 
         def register(handler: HandlerFn[M]) -> HandlerFn[M]:
             self.routes[contract.message_type] = Route(contract, handler, partition,
-                                                       retry or self.retry, reads)
+                                                       retry or self.retry, reads, session)
             return handler
 
         return register
 
     def route(self, message_type: str) -> Route | None:
         return self.routes.get(message_type)
+
+    @property
+    def has_sessions(self) -> bool:
+        """Whether a handler of this endpoint declares sessions."""
+        return any(route.session is not None for route in self.routes.values())
+
+    def session_of(self, message_type: str) -> Callable[[Any], str] | None:
+        """The session function of the handler of ``message_type`` (None: no sessions)."""
+        route = self.routes.get(message_type)
+        return route.session if route is not None else None
 
     def commands(self) -> list[type[Message]]:
         return [r.contract for r in self.routes.values() if issubclass(r.contract, Command)]

@@ -24,6 +24,8 @@ NAME_CHARS = 256
 """The longest ``source``, ``destination``, ``topic``, ``correlation_id``, ``causation_id`` and
 ``content_type`` (each is copied into every message a handler sends: a long one would make
 them too large for a queue message)."""
+STREAM_CHARS = 1_024
+"""The longest ``stream``: an endpoint name and a partition key (at most 1 KiB as a key)."""
 MAX_HEADERS = 32
 HEADER_NAME_CHARS = 128
 HEADER_VALUE_CHARS = 1_024
@@ -90,6 +92,12 @@ class Envelope(BaseModel):
     signature covers; checked once the blob is read."""
     signature: Signature | None = None
     """HMAC-SHA256 of the copy's canonical form (``bus.signing``)."""
+    session: str | None = Field(None, min_length=1, max_length=NAME_CHARS)
+    """The session the copy belongs to at its destination (``bus.protocol.sessions``)."""
+    stream: str | None = Field(None, min_length=1, max_length=STREAM_CHARS)
+    """Who numbered it: the sending endpoint and partition, or ``client:<name>``."""
+    sequence: int | None = Field(None, ge=1, le=2**62)
+    """Its number in ``stream`` for this destination and session: 1, 2, 3, ..."""
 
     @model_validator(mode="before")
     @classmethod
@@ -109,6 +117,9 @@ class Envelope(BaseModel):
                 base64.b64decode(self.payload, validate=True)
             except (binascii.Error, ValueError) as exc:
                 raise ValueError(f"payload is not valid base64: {exc}") from exc
+        if (self.sequence is None) != (self.stream is None) or (
+                self.sequence is not None and self.session is None):
+            raise ValueError("stream and sequence come together, and only with a session")
         for name, value in self.headers.items():
             if len(name) > HEADER_NAME_CHARS or len(value) > HEADER_VALUE_CHARS:
                 raise ValueError(f"header {name[:40]!r}: names take at most "

@@ -127,6 +127,10 @@ def canonical(envelope: Envelope, payload_sha256: str, key_id: str) -> bytes:
                        else envelope.encryption.model_dump()),
         "key_id": key_id,
     }
+    # Added later: only when set, so that copies without them keep their signatures.
+    document.update({name: value for name, value in (
+        ("session", envelope.session), ("stream", envelope.stream),
+        ("sequence", envelope.sequence)) if value is not None})
     return json.dumps(document, sort_keys=True, separators=(",", ":"),
                       ensure_ascii=False).encode("utf-8")
 

@@ -27,14 +27,18 @@ class MaintenanceReport:
     sweep: SweepReport | None = None
     ledger_forgotten: int = 0
     """Send-ledger rows older than ``Settings.ledger_retention_seconds`` removed."""
+    sessions_released: dict[str, int] = field(default_factory=dict)
+    """Per endpoint that skips gaps: first waiting copies of sessions whose gap outlasted the
+    reorder window, released to move their session on."""
     failed: list[str] = field(default_factory=list)
     """The parts that failed this pass (each logged with its exception)."""
 
 
 def maintenance_pass(bus: Bus, stalled_seconds: float = 300.0) -> MaintenanceReport:
     """Adopt host-poisoned signals, sweep (send marks past their retention included), finish
-    stalled outbox records and forget old send-ledger rows, each part on its own. Safe at any
-    time and from several processes at once."""
+    stalled outbox records, move sessions on past gaps older than their endpoint's reorder
+    window (``skip_gaps``; reported otherwise) and forget old send-ledger rows, each part on
+    its own. Safe at any time and from several processes at once."""
     report = MaintenanceReport()
     endpoints = list(bus.topology.endpoints)
     for name in endpoints:
@@ -51,6 +55,13 @@ def maintenance_pass(bus: Bus, stalled_seconds: float = 300.0) -> MaintenanceRep
             report.recovered[name] = bus.outbox_driver(name).recover(stalled_seconds)
         except Exception:
             _failed(report, f"recovering at {name}")
+    for name in endpoints:
+        if not bus.topology.endpoints[name].has_sessions:
+            continue
+        try:
+            report.sessions_released[name] = bus.sessions(name).release_overdue()
+        except Exception:
+            _failed(report, f"moving sessions on at {name}")
     try:
         report.ledger_forgotten = bus.ledger.forget(bus.settings.ledger_retention_seconds)
     except Exception:

@@ -28,6 +28,7 @@ from bus.protocol.payloads import Payloads
 from bus.protocol.poisoning import Poisoning
 from bus.protocol.safeguards import Safeguards
 from bus.protocol.sealing import Sealer
+from bus.protocol.sessions import check_session, session_row_key
 from bus.protocol.verdict import Verdict, verdict
 from bus.serialization import Serializer
 from bus.storage import Queues
@@ -43,6 +44,14 @@ class Admitted:
     message: Message
     partition: str
     reads: tuple[str, ...] = ()  # state rows to fetch with the claim (Route.reads)
+    session: str | None = None  # the message's session key (Route.session)
+
+    @property
+    def claimed(self) -> tuple[str, ...]:
+        """The rows the claim reads with the slot: the session row first, then ``reads``."""
+        if self.session is None:
+            return self.reads
+        return (session_row_key(self.session), *self.reads)
 
 
 class Admission:
@@ -159,7 +168,26 @@ class Admission:
         except Exception as exc:
             raise BadSignal(f"the partition function raised {exc!r}") from exc
         return Admitted(envelope, route, message, partition,
-                        _reads(route, message, self._limits))
+                        _reads(route, message, self._limits),
+                        _session(route, message, envelope, self._limits))
+
+
+def _session(route: Route, message: Message, envelope: Envelope,
+             limits: StorageLimits) -> str | None:
+    """The message's session key by the route (checked like a key), or None when the route
+    has no sessions; a copy numbered for another session than the route's is refused."""
+    if route.session is None:
+        return None
+    try:
+        session = check_session(route.session(message), limits)
+    except StateError as exc:
+        raise BadSignal(str(exc)) from exc
+    except Exception as exc:
+        raise BadSignal(f"the session function raised {exc!r}") from exc
+    if envelope.session is not None and envelope.session != session:
+        raise BadSignal(f"the copy was numbered for session {envelope.session!r}, but this "
+                        f"endpoint's handler puts it in session {session!r}")
+    return session
 
 
 def _reads(route: Route, message: Message, limits: StorageLimits) -> tuple[str, ...]:

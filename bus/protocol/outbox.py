@@ -138,6 +138,19 @@ class Outbox:
             return Slot(slot.partition, None, etag)
         return Slot(slot.partition, slot.record, self._replace(slot, slot.record))
 
+    def touch_with(self, slot: Slot, ops: Sequence[TableOp]) -> Slot:
+        """Write ``ops`` (rows of the slot's partition) together with the slot rewritten
+        unchanged, by compare-and-swap: a write outside a handler's commit that claims the
+        partition like one (an operator's change to a session row). Raises ClaimLost when the
+        slot or a row changed since it was read."""
+        try:
+            etags = self._tables.transact(self._table, [*ops, self._slot_op(slot, slot.record)])
+        except Missing:
+            raise
+        except (Conflict, PreconditionFailed, NotFound) as exc:
+            raise ClaimLost(str(exc)) from exc
+        return Slot(slot.partition, slot.record, etags[-1])
+
     def update(self, slot: Slot, record: OutboxRecord) -> Slot:
         return Slot(slot.partition, record, self._replace(slot, record))
 
@@ -150,7 +163,7 @@ class Outbox:
         except (PreconditionFailed, NotFound) as exc:
             raise ClaimLost(str(exc)) from exc
 
-    def _slot_op(self, slot: Slot, record: OutboxRecord, cas: bool) -> TableOp:
+    def _slot_op(self, slot: Slot, record: OutboxRecord | None, cas: bool = True) -> TableOp:
         entity = self._encode(slot.partition, record)
         if not cas:
             return TableOp("replace", entity)

@@ -387,6 +387,8 @@ class Receiver:
         The partition leaves the slot cache first: whatever this commit's outcome, the slot
         is remembered again only once the record is complete (``_remember``)."""
         self._slots.forget(slot.partition)
+        if not self._safeguards.release_after_commit:  # the "release-before-commit" break
+            self._dispatcher.release_requested(record)
         try:
             return self._outbox.commit(slot, operations, record,
                                        cas=self._safeguards.claim_cas)
@@ -398,7 +400,7 @@ class Receiver:
     def _slot(self, d: Admitted) -> Slot:
         """Step 3: the partition's slot (and declared rows) as this process's last commit of
         it left them, if it remembers that commit (``slotcache``), else as read now."""
-        rows = self._outbox.claimed_rows(d.reads)
+        rows = self._outbox.claimed_rows(d.claimed)
         if not self._safeguards.snapshot_claim and rows:  # the "split-claim-read" break
             earlier = self._outbox.load(d.partition, rows)  # the rows as they were then,
             return replace(self._outbox.load(d.partition), rows=earlier.rows)  # a later slot

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from bus.envelope import Envelope, PayloadRef
 
@@ -92,6 +92,10 @@ class OutboxRecord(BaseModel):
     pending: tuple[str, ...] = ()
     """ETags of the outgoing tokens, one per copy, when they were created pending before the
     commit (``dispatch``): finishing the record confirms them (pending -> live)."""
+    sequences: dict[str, int] = Field(default_factory=dict)
+    """The partition's sequence counters, ``<destination>/<session>`` -> the last number its
+    handlers gave a copy to that session (``bus.protocol.sessions``). Every commit carries
+    them on to the next record, so numbering costs no write of its own."""
 
     def is_for(self, envelope: Envelope) -> bool:
         return (self.message_id, self.attempt_id) == (envelope.message_id, envelope.attempt_id)

@@ -77,6 +77,15 @@ class Safeguards:
     finish_commits: bool = True
     """A Spark batch read first finishes the commits of its endpoint that stopped half-way, so
     it does not take again the messages of a read that counts already."""
+    sequence_check: bool = True
+    """A message in a session is handled only when it is its stream's next: one ahead of its
+    turn is set aside, one the session moved past is refused (``sessions``)."""
+    session_in_commit: bool = True
+    """A session row's progress is written in the commit's transaction, with the effects it
+    stands for."""
+    release_after_commit: bool = True
+    """The next waiting message of a session is released once the commit that makes it next
+    is durable (the record's release requests), never before."""
 
 
 BREAKS: dict[str, tuple[Safeguards, str]] = {
@@ -137,4 +146,13 @@ BREAKS: dict[str, tuple[Safeguards, str]] = {
     "skip-unfinished-commits": (Safeguards(finish_commits=False),
                                 "a Spark batch read does not finish a commit that stopped "
                                 "half-way before it takes messages"),
+    "skip-sequence-check": (Safeguards(sequence_check=False),
+                            "a message in a session is handled as it arrives, whatever its "
+                            "sequence number"),
+    "session-apart": (Safeguards(session_in_commit=False),
+                      "a session row's progress is written before the commit, in a request "
+                      "of its own"),
+    "release-before-commit": (Safeguards(release_after_commit=False),
+                              "the next waiting message of a session is released before the "
+                              "commit that makes it next"),
 }

@@ -149,8 +149,10 @@ class Tables(Protocol):
         """
 
     def query(self, table: str, partition_key: str | None = None,
-              row_key: str | None = None) -> list[Entity]:
-        """The rows matching the given keys (all of the table when none is given).
+              row_key: str | None = None, *, row_key_prefix: str | None = None,
+              ) -> list[Entity]:
+        """The rows matching the given keys (all of the table when none is given), or whose
+        row key starts with ``row_key_prefix``.
         For tooling and maintenance, not hot paths: the service answers in pages of at most
         ``limits.query_page`` rows, and the pages are not one snapshot (a row written during
         the query may be missing, one deleted may still be there)."""

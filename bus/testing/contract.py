@@ -205,6 +205,17 @@ class StorageContract:
             "a", "b"]
         assert [e.properties["s"] for e in storage.tables.query(table, "b", "1")] == ["b1"]
 
+    def test_table_query_row_key_prefix(self, storage: Storage, table: str) -> None:
+        storage.tables.create_table(table)
+        for pk, rk in (("a", "~s~1"), ("a", "~s~2"), ("b", "~s~"), ("b", "~s"), ("b", "~t~"),
+                       ("c", "x~s~")):
+            storage.tables.insert(table, Entity(pk, rk, {}))
+        found = storage.tables.query(table, row_key_prefix="~s~")
+        assert sorted((e.partition_key, e.row_key) for e in found) == [
+            ("a", "~s~1"), ("a", "~s~2"), ("b", "~s~")]
+        assert [e.row_key for e in storage.tables.query(table, "a", row_key_prefix="~s~2")] == [
+            "~s~2"]
+
     # -- limits: each backend refuses what it declares (bus.storage.limits) ------------------
     def test_limits_are_declared(self, storage: Storage) -> None:
         assert isinstance(storage.queues.limits, StorageLimits)

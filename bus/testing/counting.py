@@ -165,9 +165,10 @@ class CountingTables:
         return self._counter.call("table", "transact", lambda: self._inner.transact(table, ops))
 
     def query(self, table: str, partition_key: str | None = None,
-              row_key: str | None = None) -> list[Entity]:
-        return self._counter.call(
-            "table", "query", lambda: self._inner.query(table, partition_key, row_key))
+              row_key: str | None = None, *, row_key_prefix: str | None = None,
+              ) -> list[Entity]:
+        return self._counter.call("table", "query", lambda: self._inner.query(
+            table, partition_key, row_key, row_key_prefix=row_key_prefix))
 
 
 def counting_storage(storage: Storage,

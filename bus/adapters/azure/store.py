@@ -332,18 +332,26 @@ class AzureTables:
                 for op, part in zip(ops, parts, strict=True)]
 
     def query(self, table: str, partition_key: str | None = None,
-              row_key: str | None = None) -> list[Entity]:
+              row_key: str | None = None, *, row_key_prefix: str | None = None,
+              ) -> list[Entity]:
         keys = {"PartitionKey": partition_key, "RowKey": row_key}
         terms = [f"{name} eq @{name}" for name, value in keys.items() if value is not None]
+        parameters: dict[str, str] = {k: v for k, v in keys.items() if v is not None}
+        if row_key_prefix:
+            terms.append("RowKey ge @low and RowKey lt @high")
+            parameters.update(low=row_key_prefix, high=_after_prefix(row_key_prefix))
         with _translated():
             client = self._client(table)
             if not terms:
                 rows = client.list_entities()
             else:
-                rows = client.query_entities(
-                    " and ".join(terms),
-                    parameters={k: v for k, v in keys.items() if v is not None})
+                rows = client.query_entities(" and ".join(terms), parameters=parameters)
             return [_entity(row) for row in rows]
+
+
+def _after_prefix(prefix: str) -> str:
+    """The least string greater than every string starting with ``prefix``."""
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
 def _part_error(part: transactions.PartResponse | None, answers: int,

@@ -326,7 +326,8 @@ class MemoryTables:
         return self._core.call("table", "transact", run)
 
     def query(self, table: str, partition_key: str | None = None,
-              row_key: str | None = None) -> list[Entity]:
+              row_key: str | None = None, *, row_key_prefix: str | None = None,
+              ) -> list[Entity]:
         """Page after page, as the service answers (and the SDK follows): each page is one
         request, so what others write between two pages may be missed or seen."""
         found: list[Entity] = []
@@ -334,18 +335,20 @@ class MemoryTables:
         while True:
             page, after, more = self._core.call(
                 "table", "query",
-                lambda after=after: self._page(table, partition_key, row_key, after))  # type: ignore[misc]
+                lambda after=after: self._page(table, partition_key, row_key, after,  # type: ignore[misc]
+                                               row_key_prefix or ""))
             found.extend(page)
             if not more:
                 return found
 
     def _page(self, table: str, partition_key: str | None, row_key: str | None,
-              after: tuple[str, str] | None) -> tuple[list[Entity], tuple[str, str] | None,
-                                                      bool]:
+              after: tuple[str, str] | None, prefix: str = "",
+              ) -> tuple[list[Entity], tuple[str, str] | None, bool]:
         """One page of a query: its rows, the key it ended after, whether more follow."""
         rows = self._get(table)
         keys = sorted(key for key in rows if partition_key in (None, key[0])
-                      and row_key in (None, key[1]) and (after is None or key > after))
+                      and row_key in (None, key[1]) and key[1].startswith(prefix)
+                      and (after is None or key > after))
         length = self._core.page_length(self.limits.query_page)
         page = keys[:length]
         last = page[-1] if page else after

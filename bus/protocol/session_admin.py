@@ -1,0 +1,175 @@
+"""The sessions of an endpoint, for operators and maintenance: list, show, skip, close.
+
+Session rows live in the endpoint's state table, beside the business rows
+(``bus.protocol.sessions``). Listing them is a query of the row keys that start with
+``~bus.session~`` (a scan of the table on the service's side: for tooling, not hot paths).
+
+An operator's change to a session row is written in one transaction with the partition's
+outbox slot rewritten unchanged, both by compare-and-swap, so it claims the partition as a
+handler's commit does: a handler run prepared against the row as it was fails its own
+compare-and-swap and runs again. Skipping and closing then release the copies waiting in the
+session: each arrives through the receiver, which skips the gap before it or, the session
+being closed, poisons it with the reason - so nothing waiting is lost or left behind.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from bus.errors import Contention
+from bus.protocol.courier import Courier
+from bus.protocol.deferral import release
+from bus.protocol.outbox import ClaimLost, Outbox
+from bus.protocol.sessions import (
+    SESSION_ROW,
+    SessionRow,
+    Waiting,
+    decode,
+    session_row_key,
+    write_op,
+)
+from bus.storage import Entity, Tables
+
+log = logging.getLogger(__name__)
+
+_ROUNDS = 5
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """One session as its row says now."""
+
+    endpoint: str
+    partition: str
+    session: str
+    row: SessionRow
+    etag: str
+
+    @property
+    def waiting(self) -> tuple[Waiting, ...]:
+        return self.row.waiting
+
+    @property
+    def closed(self) -> bool:
+        return self.row.closed
+
+    def waited(self, now: float) -> float:
+        """How long its oldest waiting copy has waited (0 when nothing waits)."""
+        oldest = self.row.oldest_wait()
+        return 0.0 if oldest is None else max(0.0, now - oldest)
+
+    def stuck(self, now: float, window: float) -> bool:
+        """Whether a gap has held up its waiting copies longer than ``window``."""
+        return bool(self.waiting) and self.waited(now) >= window
+
+    def summary(self, now: float, window: float) -> dict[str, object]:
+        """What ``python -m bus sessions`` prints of it (JSON)."""
+        return {
+            "session": self.session, "partition": self.partition,
+            "status": ("closed" if self.closed else "stuck" if self.stuck(now, window)
+                       else "waiting" if self.waiting else "open"),
+            "next": dict(self.row.streams), "waiting": len(self.waiting),
+            "waited_seconds": round(self.waited(now), 3),
+            "first_waiting": {w.stream: w.sequence for w in self.row.waiting
+                              if w.sequence == min(x.sequence for x in self.row.waiting
+                                                   if x.stream == w.stream)},
+            "handled": self.row.handled, "gaps": len(self.row.gaps),
+            "blocked_since": self.row.blocked_since, "closed_at": self.row.closed_at}
+
+
+class Sessions:
+    """The sessions of one endpoint."""
+
+    def __init__(self, *, endpoint: str, tables: Tables, table: str, outbox: Outbox,
+                 courier: Courier, clock: Callable[[], float], window: float,
+                 skip_gaps: bool) -> None:
+        self.endpoint = endpoint
+        self.window = window
+        self.skip_gaps = skip_gaps
+        self._tables = tables
+        self._table = table
+        self._outbox = outbox
+        self._courier = courier
+        self._clock = clock
+
+    def list(self) -> list[SessionInfo]:
+        """Every session of the endpoint: stuck ones first (longest waiting first), then
+        those with copies waiting, open ones, and closed ones last."""
+        now = self._clock()
+        found = [self._info(row) for row in self._tables.query(
+            self._table, row_key_prefix=SESSION_ROW)]
+        return sorted(found, key=lambda s: (s.closed, not s.stuck(now, self.window),
+                                            not s.waiting, -s.waited(now), s.session))
+
+    def get(self, session: str) -> SessionInfo | None:
+        """The session ``session`` (found by its key in any partition), or None."""
+        rows = self._tables.query(self._table, row_key=session_row_key(session))
+        return self._info(rows[0]) if rows else None
+
+    def skip(self, session: str) -> int:
+        """Move the session past its gaps now, whatever the reorder window: returns how many
+        waiting copies were released to go on (0: nothing waits, so nothing to skip to)."""
+        info = self._change(session, lambda row: row.model_copy(update={"skip": True}))
+        if info is None or not info.waiting:
+            return 0
+        firsts: dict[str, Waiting] = {}
+        for waiting in sorted(info.waiting, key=lambda w: w.sequence):
+            firsts.setdefault(waiting.stream, waiting)
+        return self._release(tuple(firsts.values()))
+
+    def close(self, session: str) -> int:
+        """Close the session: later copies of it are poisoned with the reason, and so is each
+        copy waiting in it (released to be). Returns how many were waiting."""
+        now = self._clock()
+        info = self._change(session, lambda row: row if row.closed else row.model_copy(
+            update={"closed_at": now, "updated_at": now}))
+        return 0 if info is None else self._release(info.waiting)
+
+    def release_overdue(self) -> int:
+        """Maintenance: for an endpoint that skips gaps, release the first waiting copy of
+        each stream whose gap is older than the reorder window (it arrives, and the receiver
+        skips the gap); an endpoint that blocks only reports them. Returns how many were
+        released."""
+        now = self._clock()
+        released = 0
+        for info in self.list():
+            if info.closed or not info.stuck(now, self.window):
+                continue
+            if not self.skip_gaps:
+                log.warning("%s: session %r blocked by a gap for %.0f s (%d waiting)",
+                            self.endpoint, info.session, info.waited(now), len(info.waiting))
+                continue
+            firsts: dict[str, Waiting] = {}
+            for waiting in sorted(info.waiting, key=lambda w: w.sequence):
+                firsts.setdefault(waiting.stream, waiting)
+            released += self._release(tuple(firsts.values()))
+        return released
+
+    def _change(self, session: str,
+                change: Callable[[SessionRow], SessionRow]) -> SessionInfo | None:
+        """Apply ``change`` to the session's row with the partition's slot (both by
+        compare-and-swap, tried again when either moved)."""
+        for _ in range(_ROUNDS):
+            info = self.get(session)
+            if info is None:
+                return None
+            slot = self._outbox.load(info.partition)
+            row = change(info.row)
+            op = write_op(info.partition, session, row, self._tables.limits, info.etag)
+            try:
+                self._outbox.touch_with(slot, [op])
+            except ClaimLost:
+                continue
+            return SessionInfo(self.endpoint, info.partition, session, row, info.etag)
+        raise Contention(f"session {session!r} of {self.endpoint!r} kept changing")
+
+    def _release(self, waiting: Sequence[Waiting]) -> int:
+        return sum(release(self._courier, self.endpoint, w.message_id, w.generation)
+                   for w in waiting)
+
+    def _info(self, row: Entity) -> SessionInfo:
+        session = row.row_key[len(SESSION_ROW):]
+        return SessionInfo(self.endpoint, row.partition_key, session,
+                           decode(row.partition_key, row.properties), row.etag)
