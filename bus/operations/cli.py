@@ -4,6 +4,7 @@
     python -m bus topology show   [--app function_app]
     python -m bus topology check  [--app function_app] [--file infra/topology.json]
     python -m bus dlq list|show|replay|purge ENDPOINT [...]   (see bus/operations/dlq.py)
+    python -m bus sessions list|show|skip|close ENDPOINT [SESSION]  (bus/operations/sessions.py)
 
 Exit codes: 0 done, 1 the check found a difference, 2 wrong usage or an app that cannot load.
 """
@@ -21,6 +22,7 @@ from bus.bus import Bus
 from bus.errors import ConfigurationError, NamingError
 from bus.operations.apps import DEFAULT_APP, AppError, load_bus
 from bus.operations.dlq import dlq
+from bus.operations.sessions import sessions
 from bus.operations.topology_file import DEFAULT_PATH, TopologyFile, drift
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -60,6 +62,7 @@ def main() -> None:
 
 
 main.add_command(dlq)
+main.add_command(sessions)
 
 
 @main.group()

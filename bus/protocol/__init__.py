@@ -5,6 +5,7 @@ list complete):
 
 * ``send``       - a sender outside any handler: token first, then the signal.
 * ``sendgroup``  - concurrent sends of one process sharing their requests.
+* ``counters``   - sequence numbers of a client's sends to handlers with sessions.
 * ``ledger``     - sending once per message id from outside a handler.
 * ``marked``     - many messages at once, each once per message id: tokens with send marks.
 * ``sealing``    - a copy encrypted and signed as it is made; checked and opened on receipt.
@@ -20,6 +21,7 @@ list complete):
                    inbox token, commit state + outbox record atomically with an ETag claim,
                    complete the record; a single signal is a batch of one.
 * ``handling``   - step 5: the handler run against its partition, with immediate retries.
+* ``sessions``   - per-key order: numbered copies, the session row, set aside until their turn.
 * ``poisoning``  - poisoning a signal with the reason, its token parked.
 * ``inbox``      - inbox tokens (one per in-flight message copy), fences and parked tokens.
 * ``verdict``    - what a token's state means for an arriving copy: the one place it is decided.
@@ -30,6 +32,7 @@ list complete):
                    signals, fences, consuming the incoming token, clearing the slot.
 * ``driver``     - the same completion one step at a time (the Durable orchestration).
 * ``deferral``   - messages a handler set aside, fetched and released by id.
+* ``session_admin`` - an endpoint's sessions for operators and maintenance: skip, close.
 * ``poison``     - the poison queue entries.
 * ``deadletters`` - listing, replaying and purging them.
 * ``sweeper``    - the documented orphan-cleanup rule.

@@ -94,6 +94,9 @@ class Sessions:
         self._courier = courier
         self._clock = clock
 
+    def now(self) -> float:
+        return self._clock()
+
     def list(self) -> list[SessionInfo]:
         """Every session of the endpoint: stuck ones first (longest waiting first), then
         those with copies waiting, open ones, and closed ones last."""
