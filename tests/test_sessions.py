@@ -18,8 +18,9 @@ from bus.operations.cli import main
 from bus.protocol.deadletters import ReplayResult
 from bus.retry import Reject
 from bus.seams import Seams
+from bus.signing import Signing, SigningKey
 from bus.storage import Storage
-from bus.testing import drain
+from bus.testing import InMemoryStorage, drain
 from bus.testing.seamed import seamed_bus
 
 
@@ -303,3 +304,17 @@ def test_the_sessions_commands(storage: Storage, prefix: str,
     after = runner.invoke(main, ["sessions", "list", "s", *app]).output.splitlines()
     assert [line.split()[:2] for line in after[:3]] == [
         ["o1", "open"], ["o3", "open"], ["o2", "closed"]]
+
+
+def test_a_signature_covers_the_session_and_the_sequence() -> None:
+    settings = Settings(signing=Signing(mode="required", key_id="k1", keys=(
+        SigningKey(key_id="k1", secret=bytes([1]) * 32),)))
+    shop_bus = Shop(InMemoryStorage(), "").bus
+    bus = Bus(shop_bus.storage, list(shop_bus.topology.endpoints.values()), settings=settings)
+    [copy] = bus.addressing("client").envelopes(
+        Step(order="o1", n=0), message_id="m1", correlation_id="m1", causation_id=None,
+        sequencer=lambda destination, session: ("client:client", 3))
+    assert (copy.session, copy.stream, copy.sequence) == ("o1", "client:client", 3)
+    assert bus.sealer.check(copy) is None
+    for change in ({"sequence": 2}, {"stream": "client:other"}, {"session": "o2"}):
+        assert bus.sealer.check(copy.model_copy(update=change)) == "bad signature (key 'k1')"

@@ -41,7 +41,8 @@ def test_settlement_md_has_its_examples() -> None:
 @pytest.mark.parametrize(("doc", "title"), [
     ("settlement.md", "middleware"), ("settlement.md", "deferral"),
     ("settlement.md", "back-pressure"), ("operating.md", "maintenance"),
-    ("operating.md", "routes"), ("operating.md", "read-state")])
+    ("operating.md", "routes"), ("operating.md", "read-state"),
+    ("sessions.md", "sessions")])
 def test_examples_run(azurite_connection: str, prefix: str, doc: str, title: str) -> None:
     program = examples(doc)[title]
     exec(program, {"STORAGE": AzureStorage.from_connection_string(azurite_connection),
