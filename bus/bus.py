@@ -385,11 +385,13 @@ class Bus:
                           known=self.topology.destinations, seal=self.sealer.seal)
 
     def dead_letters(self, endpoint: str) -> DeadLetters:
-        """The poison queue of ``endpoint``: list, replay (exactly once), purge."""
+        """The poison queue of ``endpoint``: list, replay (exactly once; an expired message
+        with ``drop_expiry=True`` to have it handled after all), purge."""
         return DeadLetters(endpoint=self.topology.endpoint(endpoint).name, names=self.names,
                            queues=self.storage.queues, inbox=self.inbox,
                            payloads=self.payloads, clock=self.clock, new_id=self.new_id,
-                           peek_lease=self.settings.peek_lease_seconds)
+                           peek_lease=self.settings.peek_lease_seconds,
+                           resign=self.sealer.resign)
 
     def read_state(self, endpoint: str, partition: str, key: str) -> dict[str, EntityValue] | None:
         """One state row of ``endpoint``, as its handlers' last commit left it (None: no such
