@@ -7,6 +7,7 @@ attempt id (and so its own inbox token).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Mapping
 from datetime import datetime, timezone
 
@@ -43,18 +44,22 @@ class Addressing:
     def envelopes(self, message: Message, *, message_id: str, correlation_id: str,
                   causation_id: str | None, headers: Mapping[str, str] | None = None,
                   to: str | None = None, delay: float = 0.0,
+                  ttl: float | None = None,
                   sequencer: Sequencer | None = None) -> list[Envelope]:
-        """The copies of ``message``; ``delay`` seconds > 0 schedules their delivery. A copy
-        for a handler with sessions carries its session key and, with a ``sequencer``, its
-        stream and sequence number (``bus.protocol.sessions``)."""
+        """The copies of ``message``; ``delay`` seconds > 0 schedules their delivery, ``ttl``
+        seconds > 0 ends their time-to-live that long after they are due (None: never). A
+        copy for a handler with sessions carries its session key and, with a ``sequencer``,
+        its stream and sequence number (``bus.protocol.sessions``)."""
         if delay < 0:
             raise ValueError(f"delay must be 0 or more seconds, not {delay}")
+        check_ttl(ttl)
         destinations, topic = self._destinations(message, to)
         data = self._serializer.dumps(message)
         text, encoding = payload_text(data, self._serializer.text)
         now = self._clock()
         sent_at = datetime.fromtimestamp(now, tz=timezone.utc)
         not_before = datetime.fromtimestamp(now + delay, tz=timezone.utc) if delay else None
+        expires_at = _expiry(now + delay, ttl)
         return [
             self._seal(Envelope(
                 message_id=message_id, attempt_id=self._new_id(), kind=message.message_kind,
@@ -62,7 +67,7 @@ class Addressing:
                 topic=topic, correlation_id=correlation_id, causation_id=causation_id,
                 headers=dict(headers or {}), sent_at=sent_at,
                 content_type=self._serializer.content_type, payload=text,
-                payload_encoding=encoding, not_before=not_before,
+                payload_encoding=encoding, not_before=not_before, expires_at=expires_at,
                 **self._numbering(destination, message, sequencer)))
             for destination in destinations
         ]
@@ -97,3 +102,23 @@ class Addressing:
             topic = topic_of(type(message))
             return self._topics.subscribers(topic), topic
         raise TypeError(f"{type(message).__name__} is neither a Command nor an Event")
+
+
+def check_ttl(ttl: float | None) -> None:
+    """ValueError unless ``ttl`` is None (never expires) or a finite number of seconds > 0."""
+    if ttl is not None and not (isinstance(ttl, (int, float)) and not isinstance(ttl, bool)
+                                and math.isfinite(ttl) and ttl > 0):
+        raise ValueError(f"ttl must be a number of seconds > 0 (or a timedelta; None: the "
+                         f"message never expires), not {ttl!r}")
+
+
+def _expiry(due: float, ttl: float | None) -> datetime | None:
+    """When a copy due at ``due`` (epoch seconds) expires; the time-to-live counts from when
+    it is due, so a scheduled copy never expires before it can be delivered."""
+    if ttl is None:
+        return None
+    try:
+        return datetime.fromtimestamp(due + ttl, tz=timezone.utc)
+    except (OverflowError, ValueError, OSError) as exc:
+        raise ValueError(f"ttl of {ttl} seconds ends after the latest time an envelope can "
+                         "carry (the year 9999)") from exc

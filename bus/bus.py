@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from bus.addressing import Addressing
-from bus.context import check_key, seconds
+from bus.context import check_key, seconds, ttl_seconds
 from bus.endpoint import Endpoint, check_middleware
 from bus.envelope import Envelope
 from bus.errors import ConfigurationError, NotProvisioned, SendFailed, StateError
@@ -170,34 +170,37 @@ class Bus:
     # -- sending from outside a handler -------------------------------------------------------
     def send(self, command: Command, *, to: str | None = None, message_id: str | None = None,
              correlation_id: str | None = None, headers: Mapping[str, str] | None = None,
-             delay: float | timedelta = 0.0) -> str:
+             delay: float | timedelta = 0.0, ttl: float | timedelta | None = None) -> str:
         """Send a command; returns its message id. ``delay`` schedules its delivery (any
-        length: beyond the queue's 7-day limit the receiver puts it back until it is due)."""
+        length: beyond the queue's 7-day limit the receiver puts it back until it is due).
+        ``ttl`` (> 0) is its time-to-live, counted from when it is due: a copy that arrives
+        later is poisoned as expired instead of handled. None: it never expires."""
         require_command(command, "bus.send")
-        return self._send(command, to, message_id, correlation_id, headers, delay=delay)
+        return self._send(command, to, message_id, correlation_id, headers, delay=delay,
+                          ttl=ttl)
 
     def publish(self, event: Event, *, message_id: str | None = None,
                 correlation_id: str | None = None,
                 headers: Mapping[str, str] | None = None,
-                delay: float | timedelta = 0.0) -> str:
+                delay: float | timedelta = 0.0, ttl: float | timedelta | None = None) -> str:
         """Publish an event to every current subscriber of its topic; returns its message id
-        (``delay``: as for ``send``)."""
+        (``delay`` and ``ttl``: as for ``send``; each subscriber's copy expires on its own)."""
         require_event(event, "bus.publish")
-        return self._send(event, None, message_id, correlation_id, headers, delay=delay)
+        return self._send(event, None, message_id, correlation_id, headers, delay=delay,
+                          ttl=ttl)
 
     def _send(self, message: Message, to: str | None, message_id: str | None,
               correlation_id: str | None, headers: Mapping[str, str] | None, *,
-              delay: float | timedelta = 0.0) -> str:
-        message_id = message_id or self.new_id()
+              delay: float | timedelta = 0.0, ttl: float | timedelta | None = None) -> str:
+        outgoing = self._outgoing(message, message_id or self.new_id(), to, headers,
+                                  delay=delay, ttl=ttl)
 
         def token_and_signal(out: Outgoing) -> None:
-            self.sender.send(self._envelopes(out.message, out.to, out.message_id,
-                                              correlation_id, out.headers, delay=out.delay))
+            self.sender.send(self._envelopes(out, correlation_id))
 
         with _provisioned():
-            self._through_middleware(self._outgoing(message, message_id, to, headers, delay),
-                                     token_and_signal)
-        return message_id
+            self._through_middleware(outgoing, token_and_signal)
+        return outgoing.message_id
 
     def send_many(self, messages: Iterable[Command | Event], *, max_in_flight: int = 8,
                   to: str | None = None) -> list[str]:
@@ -231,16 +234,18 @@ class Bus:
         return [ids[index] for index in range(len(batch))]
 
     def _outgoing(self, message: Message, message_id: str, to: str | None,
-                  headers: Mapping[str, str] | None, delay: float | timedelta) -> Outgoing:
+                  headers: Mapping[str, str] | None, *, delay: float | timedelta = 0.0,
+                  ttl: float | timedelta | None = None) -> Outgoing:
         return Outgoing(message, message_id, self.settings.client_name, to,
-                        dict(headers or {}), seconds(delay))
+                        dict(headers or {}), seconds(delay), ttl=ttl_seconds(ttl))
 
     def _through_middleware(self, outgoing: Outgoing, terminal: SendNext) -> None:
         sending_chain(self.middleware, terminal)(outgoing)
 
     def send_once(self, command: Command, *, message_id: str, to: str | None = None,
                   correlation_id: str | None = None,
-                  headers: Mapping[str, str] | None = None) -> bool:
+                  headers: Mapping[str, str] | None = None,
+                  ttl: float | timedelta | None = None) -> bool:
         """Send a command unless a call with the same ``message_id`` already did.
 
         Safe to call again after a crash, a timeout or from a re-run job: the send ledger
@@ -248,39 +253,44 @@ class Bus:
         ``Settings.ledger_retention_seconds``. Returns True when this call recorded the message,
         False when an earlier call had (then this call finished whatever was left) or a
         middleware dropped the send.
+
+        ``ttl``: as for ``send``, counted from the call that recorded the message (a later
+        call finishing its sends does not extend it).
         """
         require_command(command, "bus.send_once")
-        return self._send_once(command, to, message_id, correlation_id, headers)
+        return self._send_once(command, to, message_id, correlation_id, headers, ttl=ttl)
 
     def publish_once(self, event: Event, *, message_id: str,
                      correlation_id: str | None = None,
-                     headers: Mapping[str, str] | None = None) -> bool:
+                     headers: Mapping[str, str] | None = None,
+                     ttl: float | timedelta | None = None) -> bool:
         """Publish an event unless a call with the same ``message_id`` already did (see
         ``send_once``). The subscribers are those of the first call."""
         require_event(event, "bus.publish_once")
-        return self._send_once(event, None, message_id, correlation_id, headers)
+        return self._send_once(event, None, message_id, correlation_id, headers, ttl=ttl)
 
     def _send_once(self, message: Message, to: str | None, message_id: str,
-                   correlation_id: str | None, headers: Mapping[str, str] | None) -> bool:
+                   correlation_id: str | None, headers: Mapping[str, str] | None, *,
+                   ttl: float | timedelta | None) -> bool:
         recorded: list[bool] = []
+        outgoing = self._outgoing(message, message_id, to, headers, ttl=ttl)
 
         def ledger(out: Outgoing) -> None:
             # The envelopes are built once: a retry must record the same copies.
             # Not numbered: a repeated call would take a number it then does not use.
-            envelopes = self._envelopes(out.message, out.to, out.message_id, correlation_id,
-                                        out.headers, delay=out.delay, numbered=False)
+            envelopes = self._envelopes(out, correlation_id, numbered=False)
             retrying = transient_retries(self.settings.send_attempts,
                                          backoff(0.05, 2.0, self._random), self._sleep)
             recorded.append(bool(retrying(self.ledger.send, message_id, envelopes)))
 
         with _provisioned():
-            self._through_middleware(self._outgoing(message, message_id, to, headers, 0.0),
-                                     ledger)
+            self._through_middleware(outgoing, ledger)
         return bool(recorded and recorded[0])
 
     def send_once_many(self, messages: Sequence[tuple[Command | Event, str]], *,
                        to: str | None = None, headers: Mapping[str, str] | None = None,
-                       origin: str = "") -> list[bool | None]:
+                       origin: str = "", ttl: float | timedelta | None = None,
+                       ) -> list[bool | None]:
         """Send each command (to its owner, or ``to``) and publish each event, each unless a
         copy of its ``message_id`` went to that destination before - for many messages at
         once: a data pipeline's rows, in a few requests (``bus.protocol.marked``: the tokens
@@ -293,8 +303,10 @@ class Bus:
         give the same ``origin`` (the attempts of one job) count each other's sends as their
         own. Message ids are remembered per destination for
         ``Settings.ledger_retention_seconds`` after the message was processed; a message still
-        waiting is never sent twice.
+        waiting is never sent twice. ``ttl``: every message's, as for ``send``, counted from
+        the call that sent its copy.
         """
+        lifetime = ttl_seconds(ttl)
         for message, _ in messages:
             if not isinstance(message, (Command, Event)):
                 raise TypeError(f"send_once_many sends commands and events, not "
@@ -305,12 +317,10 @@ class Bus:
                 target = to if isinstance(message, Command) else None
 
                 def collect(out: Outgoing, index: int = index) -> None:
-                    copies[index].extend(self._envelopes(
-                        out.message, out.to, out.message_id, None, out.headers,
-                        numbered=False))
+                    copies[index].extend(self._envelopes(out, None, numbered=False))
 
                 self._through_middleware(
-                    self._outgoing(message, message_id, target, headers, 0.0), collect)
+                    self._outgoing(message, message_id, target, headers, ttl=lifetime), collect)
             flat = [envelope for envelopes in copies for envelope in envelopes]
             retrying = transient_retries(self.settings.send_attempts,
                                          backoff(0.05, 2.0, self._random), self._sleep)
@@ -318,14 +328,15 @@ class Bus:
         return [any([next(created) for _ in envelopes]) if envelopes else None
                 for envelopes in copies]
 
-    def _envelopes(self, message: Message, to: str | None, message_id: str,
-                   correlation_id: str | None, headers: Mapping[str, str] | None, *,
-                   delay: float | timedelta = 0.0, numbered: bool = True) -> list[Envelope]:
-        """The client's copies of ``message``; those for handlers with sessions numbered in
-        the client's streams (``bus.protocol.counters``) unless ``numbered`` is False."""
+    def _envelopes(self, out: Outgoing, correlation_id: str | None, *,
+                   numbered: bool = True) -> list[Envelope]:
+        """The copies of a client send, as the sending middleware left it; those for handlers
+        with sessions numbered in the client's streams (``bus.protocol.counters``) unless
+        ``numbered`` is False."""
         return self.addressing(self.settings.client_name).envelopes(
-            message, message_id=message_id, correlation_id=correlation_id or message_id,
-            causation_id=None, headers=headers, to=to, delay=seconds(delay),
+            out.message, message_id=out.message_id,
+            correlation_id=correlation_id or out.message_id, causation_id=None,
+            headers=out.headers, to=out.to, delay=out.delay, ttl=out.ttl,
             sequencer=self.counters.next if numbered else None)
 
     # -- receiving -------------------------------------------------------------------------
@@ -411,11 +422,13 @@ class Bus:
                         skip_gaps=ep.skip_gaps)
 
     def dead_letters(self, endpoint: str) -> DeadLetters:
-        """The poison queue of ``endpoint``: list, replay (exactly once), purge."""
+        """The poison queue of ``endpoint``: list, replay (exactly once; an expired message
+        with ``drop_expiry=True`` to have it handled after all), purge."""
         return DeadLetters(endpoint=self.topology.endpoint(endpoint).name, names=self.names,
                            queues=self.storage.queues, inbox=self.inbox,
                            payloads=self.payloads, clock=self.clock, new_id=self.new_id,
-                           peek_lease=self.settings.peek_lease_seconds)
+                           peek_lease=self.settings.peek_lease_seconds,
+                           resign=self.sealer.resign)
 
     def read_state(self, endpoint: str, partition: str, key: str) -> dict[str, EntityValue] | None:
         """One state row of ``endpoint``, as its handlers' last commit left it (None: no such

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from bus.addressing import Addressing
+from bus.addressing import Addressing, check_ttl
 from bus.envelope import Envelope
 from bus.errors import StateError
 from bus.ids import derived_message_id
@@ -25,6 +25,14 @@ _RESERVED_PROPERTIES = {"PartitionKey", "RowKey", "Timestamp", "etag", "odata.et
 def seconds(delay: float | timedelta) -> float:
     """A delay given as seconds or a timedelta, in seconds."""
     return delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+
+
+def ttl_seconds(ttl: float | timedelta | None) -> float | None:
+    """A time-to-live given as seconds or a timedelta, in seconds (None: the message never
+    expires); ValueError unless it is more than 0 - before any middleware sees the send."""
+    value = ttl.total_seconds() if isinstance(ttl, timedelta) else ttl
+    check_ttl(value)
+    return value
 
 
 def check_key(kind: str, key: str, limits: StorageLimits) -> str:
@@ -148,25 +156,29 @@ class Context:
         return self.envelope.headers
 
     def send(self, command: Command, *, to: str | None = None,
-             headers: Mapping[str, str] | None = None, delay: float | timedelta = 0.0) -> str:
+             headers: Mapping[str, str] | None = None, delay: float | timedelta = 0.0,
+             ttl: float | timedelta | None = None) -> str:
         """Send ``command`` when the handler commits; ``delay`` schedules its delivery (any
-        length: beyond the queue's 7-day limit the receiver puts it back until it is due)."""
+        length: beyond the queue's 7-day limit the receiver puts it back until it is due).
+        ``ttl`` (> 0) is its time-to-live, counted from when it is due: a copy that arrives
+        later is poisoned as expired instead of handled. None: it never expires."""
         require_command(command, "ctx.send")
-        return self._add(command, to, headers, delay)
+        return self._add(command, to, headers, delay, ttl)
 
     def publish(self, event: Event, *, headers: Mapping[str, str] | None = None,
-                delay: float | timedelta = 0.0) -> str:
-        """Publish ``event`` to every subscriber when the handler commits (``delay``: as for
-        ``send``)."""
+                delay: float | timedelta = 0.0, ttl: float | timedelta | None = None) -> str:
+        """Publish ``event`` to every subscriber when the handler commits (``delay`` and
+        ``ttl``: as for ``send``; each subscriber's copy expires on its own)."""
         require_event(event, "ctx.publish")
-        return self._add(event, None, headers, delay)
+        return self._add(event, None, headers, delay, ttl)
 
     def _add(self, message: Message, to: str | None, headers: Mapping[str, str] | None,
-             delay: float | timedelta) -> str:
+             delay: float | timedelta, ttl: float | timedelta | None) -> str:
+        lifetime = ttl_seconds(ttl)
         message_id = derived_message_id(self.envelope.message_id, self._sends)
         self._sends += 1
         outgoing = Outgoing(message, message_id, self.endpoint, to, dict(headers or {}),
-                            seconds(delay), self)
+                            seconds(delay), self, ttl=lifetime)
         sending_chain(self._sending, self._record)(outgoing)
         return message_id
 
@@ -176,6 +188,7 @@ class Context:
             outgoing.message, message_id=outgoing.message_id,
             correlation_id=self.envelope.correlation_id, causation_id=self.envelope.message_id,
             headers=outgoing.headers, to=outgoing.to, delay=outgoing.delay,
+            ttl=outgoing.ttl,
             sequencer=self._numbering.next if self._numbering is not None else None))
 
     def defer(self) -> None:

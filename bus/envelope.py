@@ -85,6 +85,10 @@ class Envelope(BaseModel):
     not_before: datetime | None = None
     """Scheduled delivery: the receiver does not process the message before this time (it
     puts the signal back with the remaining delay)."""
+    expires_at: datetime | None = None
+    """Time-to-live: a copy that arrives after this time is not processed, it is poisoned
+    with a reason starting ``expired`` (``bus.protocol.admission``). It counts from when the
+    message is due: ``sent_at`` + delay + ttl. A time without a zone is taken as UTC."""
     encryption: PayloadEncryption | None = None
     """Set when ``payload`` is the AES-GCM ciphertext of the message (base64)."""
     payload_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")

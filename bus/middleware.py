@@ -49,8 +49,8 @@ SendNext = Callable[["Outgoing"], None]
 class Outgoing:
     """One ``send``/``publish`` call on its way through the sending middleware.
 
-    Middleware may change ``message``, ``headers``, ``to`` and ``delay`` before calling the
-    next stage; ``message_id`` and ``source`` are fixed.
+    Middleware may change ``message``, ``headers``, ``to``, ``delay`` and ``ttl`` before
+    calling the next stage; ``message_id`` and ``source`` are fixed.
     """
 
     message: Message
@@ -62,6 +62,8 @@ class Outgoing:
     delay: float = 0.0
     context: Context | None = None
     """The handler's context when the send comes from a handler."""
+    ttl: float | None = None
+    """Time-to-live in seconds, counted from when the message is due (None: never expires)."""
 
 
 class Middleware:

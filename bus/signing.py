@@ -10,6 +10,8 @@ The signature covers the **canonical form** of the copy (``canonical``): a sorte
 JSON document of the fields below, UTF-8 - so a producer without this package can sign too.
 ``deliveries`` (rewritten by the transport) and ``payload_ref`` (checked against the copy's
 own claim check instead) are not covered; the payload is, through its SHA-256 digest.
+``expires_at`` is covered when the copy has one, and absent from the form when it has none, so
+the form of a copy without it is what it was before the field existed.
 """
 
 from __future__ import annotations
@@ -127,7 +129,9 @@ def canonical(envelope: Envelope, payload_sha256: str, key_id: str) -> bytes:
                        else envelope.encryption.model_dump()),
         "key_id": key_id,
     }
-    # Added later: only when set, so that copies without them keep their signatures.
+    # Added later: each only when set, so that signatures made before them still hold.
+    if envelope.expires_at is not None:
+        document["expires_at"] = instant(envelope.expires_at)
     document.update({name: value for name, value in (
         ("session", envelope.session), ("stream", envelope.stream),
         ("sequence", envelope.sequence)) if value is not None})

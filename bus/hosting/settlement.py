@@ -17,7 +17,7 @@ hand what they leased to a ``Settlement``, which
    result                                        queue operations
    ============================================  =========================================
    an outcome (processed, duplicate, poisoned,   acknowledged (the receiver calls the ack
-   deferred, scheduled, parked)                  once the outcome is durable)
+   expired, deferred, scheduled, parked)         once the outcome is durable)
    the handler failed, deliveries left           released: visible again after the route's
                                                  retry delay
    a storage error                               released after the host's retry delay

@@ -77,11 +77,15 @@ def show_command(endpoint: str, entry_id: str, app: str) -> None:
 @click.argument("endpoint")
 @click.argument("entry_ids", nargs=-1)
 @click.option("--all", "every", is_flag=True, help="Replay every entry.")
+@click.option("--drop-expiry", is_flag=True,
+              help="Send the messages without their time-to-live (expires_at): an expired "
+                   "message is then handled instead of expiring again.")
 @click.option("--app", default="function_app", show_default=True, metavar="MODULE[:NAME]")
-def replay_command(endpoint: str, entry_ids: tuple[str, ...], every: bool, app: str) -> None:
+def replay_command(endpoint: str, entry_ids: tuple[str, ...], every: bool, drop_expiry: bool,
+                   app: str) -> None:
     """Put entries back on ENDPOINT's queue; each message's effect still happens once."""
     wanted = _ids(entry_ids, every)
-    results = _letters(app, endpoint).replay(wanted)
+    results = _letters(app, endpoint).replay(wanted, drop_expiry=drop_expiry)
     for entry_id, result in results.items():
         click.echo(f"{entry_id}  {result.value}")
     missing = sorted((wanted or set()) - set(results))
@@ -116,5 +120,7 @@ def _summary(letter: DeadLetter) -> dict[str, object]:
             "reason": letter.entry.reason, "dequeue_count": letter.entry.dequeue_count,
             "message_type": envelope.message_type if envelope else None,
             "message_id": envelope.message_id if envelope else None,
+            "expires_at": envelope.expires_at.isoformat()
+            if envelope and envelope.expires_at else None,
             "token": letter.token.value if letter.token else "gone",
             "replayable": letter.replayable}

@@ -4,7 +4,9 @@
    on the copy's behalf; a copy that fails is poisoned with the reason, its token untouched);
    route it: addressed here, a content type this endpoint reads, a
    message type it handles (anything else is poisoned with the reason);
-2. a scheduled copy that arrived early goes back on the queue with its remaining delay;
+2. a copy whose time-to-live ended (``expires_at`` past, by this receiver's clock) is poisoned
+   as expired, its token parked - unless its token says it is a duplicate (``Poisoning.expired``);
+   a scheduled copy that arrived early goes back on the queue with its remaining delay;
    otherwise fetch the payload (claim check; checked against the signed digest, decrypted),
    validate the message against the route's
    contract and map it to its state partition and the state rows its route reads.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from bus.context import check_key
 from bus.endpoint import Endpoint, Route
@@ -91,6 +94,10 @@ class Admission:
         if route is None:
             return self._poisoning.bad(item.body, envelope, problem, item.dequeue_count,
                                        item.ack)
+        expiry = expired(envelope, self._clock())
+        if expiry is not None:  # before the payload is read: an expired copy is not handled
+            return self._poisoning.expired(item.body, envelope, expiry, item.dequeue_count,
+                                           item.ack)
         if due_in(envelope, self._clock(), self._queues.limits.longest_delay) > 0:
             return self._not_yet(envelope, item)
         if not self._safeguards.ack_after_commit:
@@ -188,6 +195,33 @@ def _session(route: Route, message: Message, envelope: Envelope,
         raise BadSignal(f"the copy was numbered for session {envelope.session!r}, but this "
                         f"endpoint's handler puts it in session {session!r}")
     return session
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def expired(envelope: Envelope, now: float) -> str | None:
+    """Why the copy is not handled any more - its time-to-live ended by ``now`` (the
+    receiver's clock, epoch seconds) - or None while it lives (or has no ``expires_at``). A
+    time without a zone is taken as UTC, as in the signature's canonical form."""
+    ends = envelope.expires_at
+    if ends is None:
+        return None
+    if ends.tzinfo is None:
+        ends = ends.replace(tzinfo=timezone.utc)
+    if (ends - _EPOCH).total_seconds() > now:  # aware arithmetic: no year is out of range
+        return None
+    return (f"expired: its time-to-live ended at {_utc_text(ends)} (received at "
+            f"{_utc_text(datetime.fromtimestamp(now, tz=timezone.utc))})")
+
+
+def _utc_text(moment: datetime) -> str:
+    """``2026-11-22T10:00:00Z``; a time with no UTC form (year 1 at +01:00) as written."""
+    try:
+        utc = moment.astimezone(timezone.utc).replace(tzinfo=None)
+    except (OverflowError, ValueError):
+        return moment.isoformat()
+    return utc.isoformat(timespec="seconds") + "Z"
 
 
 def _reads(route: Route, message: Message, limits: StorageLimits) -> tuple[str, ...]:

@@ -25,6 +25,11 @@ A replay re-sends the signal as it was sent: without the delivery count a copy p
 Functions trigger carries (``deliveries``, docs/envelope.md), so that a replayed message always
 starts counting its deliveries afresh, however its entry came to be.
 
+A message poisoned because its time-to-live ended (reason ``expired: ...``) keeps its
+``expires_at`` when replayed, so it expires again on arrival and comes back here. To have it
+handled after all, replay it with ``drop_expiry``: the signal is sent without ``expires_at``
+(signed again with the app's key when it was signed: the signature covers the field).
+
 Purging deletes the entry and, when its token is parked, the token and its claim-check
 payload: any late copy of the message is then a duplicate.
 """
@@ -40,7 +45,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from bus.envelope import BadSignal, Envelope, carried_deliveries, decode_signal, split_bundle
+from bus.envelope import (
+    BadSignal,
+    Envelope,
+    carried_deliveries,
+    decode_signal,
+    encode_signal,
+    split_bundle,
+)
 from bus.errors import Contention, UnreadableVersion
 from bus.ids import random_id
 from bus.naming import Names
@@ -81,8 +93,12 @@ class DeadLetters:
 
     def __init__(self, *, endpoint: str, names: Names, queues: Queues, inbox: Inbox,
                  payloads: Payloads, clock: Callable[[], float],
-                 new_id: Callable[[], str] = random_id, peek_lease: float = 60.0) -> None:
+                 new_id: Callable[[], str] = random_id, peek_lease: float = 60.0,
+                 resign: Callable[[Envelope], Envelope] | None = None) -> None:
+        """``resign``: signs a copy anew (``Sealer.resign``), for a replay that drops a
+        signed copy's ``expires_at``."""
         self.endpoint = endpoint
+        self._resign = resign
         self._queue = names.queue(endpoint)
         self._poison = names.poison_queue(endpoint)
         self._queues = queues
@@ -116,13 +132,16 @@ class DeadLetters:
         with self._leased() as entries:
             return [self._letter(m, e) for m, e in entries]
 
-    def replay(self, ids: set[str] | None = None) -> dict[str, ReplayResult]:
-        """Replay the entries named by ``ids`` (all when None); returns what happened to each."""
+    def replay(self, ids: set[str] | None = None, *,
+               drop_expiry: bool = False) -> dict[str, ReplayResult]:
+        """Replay the entries named by ``ids`` (all when None); returns what happened to each.
+        ``drop_expiry``: send their messages without a time-to-live (see the module
+        docstring); otherwise an expired message expires again."""
         results: dict[str, ReplayResult] = {}
         with self._leased() as entries:
             for message, entry in entries:
                 if ids is None or message.id in ids:
-                    results[message.id] = self._replay(message, entry)
+                    results[message.id] = self._replay(message, entry, drop_expiry)
         return results
 
     def purge(self, ids: set[str] | None = None) -> list[str]:
@@ -146,12 +165,14 @@ class DeadLetters:
         return purged
 
     # -- steps ------------------------------------------------------------------------------
-    def _replay(self, message: QueueMessage, entry: PoisonEntry) -> ReplayResult:
+    def _replay(self, message: QueueMessage, entry: PoisonEntry,
+                drop_expiry: bool) -> ReplayResult:
         envelope = entry.envelope
         if envelope is None or not entry.original_body:
             return ReplayResult.NOT_A_MESSAGE
         if not self._matches(entry, envelope):
             return ReplayResult.MISMATCHED
+        body = self._resent(entry.original_body, drop_expiry)  # before the token changes
         for _ in range(_ROUNDS):
             token = self._inbox.read(self.endpoint, envelope.attempt_id)
             found = verdict(token)
@@ -164,11 +185,27 @@ class DeadLetters:
                 if not self._inbox.unpark(token, self._clock()):
                     continue  # it changed under us: look again
                 result = ReplayResult.REPLAYED
-            self._queues.send(self._queue, _as_sent(entry.original_body))
+            self._queues.send(self._queue, body)
             self._queues.delete(self._poison, message)
             self._writer.discard(entry)
             return result
         raise Contention(f"the token of {envelope.message_id} kept changing")
+
+    def _resent(self, body: str, drop_expiry: bool) -> str:
+        """The signal a replay sends: as sent, and without ``expires_at`` if asked."""
+        sent = _as_sent(body)
+        if not drop_expiry:
+            return sent
+        envelope = decode_signal(sent)  # it does decode: ``_matches`` checked
+        if envelope.expires_at is None:
+            return sent
+        lasting = envelope.model_copy(update={"expires_at": None})
+        if envelope.signature is not None:  # the signature covers expires_at
+            if self._resign is None:
+                raise ValueError("dropping the expiry of a signed copy needs the app's key: "
+                                 "use Bus.dead_letters")
+            lasting = self._resign(lasting)
+        return encode_signal(lasting)
 
     def _matches(self, entry: PoisonEntry, envelope: Envelope) -> bool:
         """Whether the entry's body is the signal of the message its envelope names, for this

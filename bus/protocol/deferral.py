@@ -32,7 +32,9 @@ How it stays exactly-once:
    completer that repeats the request after the message was released and deferred again does
    not release the later deferral.
 
-Deferred messages have no expiry; their claim-check payloads are kept while they wait.
+A deferral has no expiry of its own, and a deferred message's claim-check payload is kept while
+it waits. A message sent with a time-to-live (``expires_at``) keeps it while deferred: released
+after it ended, it is poisoned as expired on arrival (``bus.protocol.admission``).
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ class Outcome(str, enum.Enum):
     REQUEUED = "requeued"  # hosting only: put back on the queue as a copy (with its count)
     SCHEDULED = "scheduled"  # arrived before its time: put back with the remaining delay
     DEFERRED = "deferred"  # the handler set it aside (Context.defer)
+    EXPIRED = "expired"  # its time-to-live ended before it was handled: poisoned, acknowledged
 
 
 def dropped(found: Verdict) -> Outcome:

@@ -1,10 +1,11 @@
 """Poisoning a signal: a poison-queue entry with the reason, and its token parked.
 
-Three reasons, one rule each: the signal cannot be processed as it is (``bad``: it does not
+Four reasons, one rule each: the signal cannot be processed as it is (``bad``: it does not
 decode, is not for this endpoint, its payload is gone, its message does not validate), its
-handler failed on the last delivery allowed or rejected it (``failed``), or storage failed
-on every delivery its host allows (``give_up``). Parking the token (``bus.protocol.inbox``)
-is what lets the dead-letter tools replay the entry exactly once.
+time-to-live ended before it was handled (``expired``), its handler failed on the last
+delivery allowed or rejected it (``failed``), or storage failed on every delivery its host
+allows (``give_up``). Parking the token (``bus.protocol.inbox``) is what lets the dead-letter
+tools replay the entry exactly once.
 """
 
 from __future__ import annotations
@@ -44,12 +45,37 @@ class Poisoning:
             if found not in (Verdict.PROCESS, Verdict.CONSUMED):
                 ack()  # parked already, fenced (never really sent) or deferred
                 return dropped(found)
+        self._put_and_park(body, envelope, reason, dequeue_count, token=token, ack=ack)
+        return Outcome.POISONED
+
+    def expired(self, body: str, envelope: Envelope, reason: str, dequeue_count: int,
+                ack: Callable[[], None]) -> Outcome:
+        """A signal whose time-to-live ended (``reason`` says when): poisoned, its token
+        parked - only while its token says it may be processed. A copy of a message that was
+        processed (no token: unlike ``bad``, a message that expired is a well-formed one, so
+        a copy without a token is a duplicate), fenced, parked or deferred is dropped as
+        such: one message, at most one poison entry.
+
+        A copy whose message was committed by an earlier delivery but not completed (its
+        token still live) is poisoned as well; the partition's next message or maintenance
+        completes the record and consumes the token, after which the entry reads as stale
+        and a replay removes it (as for ``give_up``)."""
+        token = self._inbox.read(self.endpoint, envelope.attempt_id)
+        found = verdict(token)
+        if found is not Verdict.PROCESS:
+            ack()
+            return dropped(found)
+        self._put_and_park(body, envelope, reason, dequeue_count, token=token, ack=ack)
+        return Outcome.EXPIRED
+
+    def _put_and_park(self, body: str, envelope: Envelope | None, reason: str,
+                      dequeue_count: int, *, token: Token | None,
+                      ack: Callable[[], None]) -> None:
         self._poison.put(body, reason=reason, dequeue_count=dequeue_count, now=self._clock(),
                          envelope=envelope)
         self._park(token)
         ack()
         log.warning("poisoned a signal at %s: %s", self.endpoint, reason)
-        return Outcome.POISONED
 
     def unverified(self, body: str, envelope: Envelope, reason: str, dequeue_count: int,
                    ack: Callable[[], None]) -> Outcome:

@@ -4,7 +4,7 @@ For a signal carrying message ``m``, attempt ``a``, for endpoint ``E`` - each st
 after the module that does it:
 
 1. decode the envelope, find the handler (``admission``; bad input: ``poisoning``, with the
-   reason);
+   reason; a copy whose time-to-live ended: poisoned as expired);
 2. fetch the payload (claim check) and map the message to its state partition ``P``
    (``admission``);
 3. load ``P``'s outbox slot, remembering its ETag, with the state rows the route declares

@@ -1,8 +1,9 @@
 """What an inbox token's state means for a copy of its message that arrives now.
 
 Every place that meets a copy decides with :func:`verdict`, and nowhere else: the receiver
-(``receive``: the token check before the claim, a scheduled copy that arrived early, a copy
-whose claim-check payload is missing, a copy being poisoned), the Spark reader
+(``receive``: the token check before the claim, a scheduled copy that arrived early, an
+expired copy, a copy whose claim-check payload is missing, a copy being poisoned), the Spark
+reader
 (``bus.integrations.spark.reader``), the dead-letter tools (``deadletters``: replay and
 purge) and the sweeper, for a claim-check blob (is its payload garbage?). The sweeper's other
 question - which tokens are old enough to collect - is about ages, not copies, and reads the
