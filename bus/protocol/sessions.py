@@ -222,12 +222,14 @@ def _touched(row: SessionRow, now: float) -> SessionRow:
 
 
 def _advance(row: SessionRow, stream: str, k: int, now: float) -> SessionRow:
+    """The row once ``k`` of ``stream`` is handled: the session is not blocked (a gap that
+    remains blocks it again when a copy behind it arrives), and an operator's skip stays
+    asked for only while copies wait."""
     streams = {**row.streams, stream: k + 1}
     waiting = tuple(w for w in row.waiting if (w.stream, w.sequence) != (stream, k))
-    blocked = row.blocked_since if waiting and row.blocked_since is not None else None
     return row.model_copy(update={"streams": streams, "waiting": waiting,
-                                  "blocked_since": blocked, "handled": row.handled + 1,
-                                  "updated_at": now})
+                                  "blocked_since": None, "skip": row.skip and bool(waiting),
+                                  "handled": row.handled + 1, "updated_at": now})
 
 
 def _overdue(row: SessionRow, stream: str, now: float, window: float) -> bool:
@@ -245,9 +247,10 @@ def _skip(row: SessionRow, stream: str, k: int, now: float) -> SessionRow:
     lowest = min([k, *(w.sequence for w in row.waiting_for(stream))])
     gap = Gap(stream=stream, first=row.expected(stream), last=lowest - 1, at=now,
               by="operator" if row.skip else "window")
+    others = any(w.stream != stream for w in row.waiting)  # an operator's skip: theirs too
     return row.model_copy(update={
-        "streams": {**row.streams, stream: lowest}, "skip": False, "blocked_since": None,
-        "gaps": (*row.gaps, gap)[-MAX_GAPS:], "updated_at": now})
+        "streams": {**row.streams, stream: lowest}, "skip": row.skip and others,
+        "blocked_since": None, "gaps": (*row.gaps, gap)[-MAX_GAPS:], "updated_at": now})
 
 
 def _next_release(row: SessionRow, stream: str, sequence: int,
