@@ -11,10 +11,17 @@ import base64
 import binascii
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from bus.errors import UnreadableVersion
 from bus.versions import ENVELOPE
@@ -111,6 +118,22 @@ class Envelope(BaseModel):
             encrypted = document.get("encryption") is not None
             return {**document, "bus": 2 if encrypted else 1}
         return document
+
+    @field_validator("sent_at", "not_before", "expires_at")
+    @classmethod
+    def _utc(cls, moment: datetime | None) -> datetime | None:
+        """Every time in UTC (one without a zone is taken as UTC, as the signature's canonical
+        form takes it), and one that has a timestamp: a time whose UTC form falls outside
+        years 1-9999 is refused here rather than raising wherever it is read."""
+        if moment is None:
+            return None
+        try:
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=timezone.utc)
+            moment.timestamp()
+            return moment.astimezone(timezone.utc)
+        except (OverflowError, ValueError) as exc:
+            raise ValueError(f"{moment.isoformat()} has no UTC form (years 1-9999)") from exc
 
     @model_validator(mode="after")
     def _one_payload(self) -> Envelope:

@@ -60,6 +60,10 @@ def valid_fields(bus: Bus) -> dict[str, str]:
     }
 
 
+HOSTILE_TIMES = [
+    '"0001-01-01T00:00:00"', '"0001-01-01T00:30:00+01:00"',  # before year 1 once in UTC
+    '"9999-12-31T23:59:59"', '"9999-12-31T23:30:00-01:00"',  # after year 9999 once in UTC
+]
 HOSTILE_VALUES = [
     "[" * 5_000 + "]" * 5_000,  # nesting beyond the recursion limit
     "1" + "0" * 5_000,  # an integer beyond Python's 4,300-digit limit
@@ -69,6 +73,7 @@ HOSTILE_VALUES = [
     "null", "true", "3.5e308", "-1", '""', '{"a": [1, {"b": null}]}', "[]",
     '{"container": "other", "blob": "orders.json"}',  # someone else's blob
     '{"container": "h-bus-topics", "blob": "t.json"}',  # a topic file
+    *HOSTILE_TIMES,
 ]
 HOSTILE = st.sampled_from(HOSTILE_VALUES) | st.text(max_size=50).map(json.dumps)
 
@@ -84,7 +89,7 @@ def mutated_envelopes(draw: st.DrawFn) -> tuple[str, str | None]:
     field = draw(st.sampled_from([
         "bus", "message_id", "attempt_id", "kind", "message_type", "source", "destination",
         "correlation_id", "causation_id", "topic", "sent_at", "not_before", "expires_at",
-        "payload",
+        "session", "stream", "sequence", "payload",
         "payload_encoding", "payload_ref", "headers", "content_type", "deliveries", "bundle"]))
     if field == "headers":
         return field, draw(st.sampled_from([
@@ -221,6 +226,24 @@ def test_the_functions_trigger_processes_or_poisons_anything(raw: bytes) -> None
     assert {o.value for o in outcomes} <= ENDS | {"scheduled"}
     letters = bus.dead_letters("desk").entries()
     assert len(letters) >= sum(o in POISON_ENDS for o in outcomes)
+
+
+@pytest.mark.parametrize("value", HOSTILE_TIMES)
+@pytest.mark.parametrize("field", ["sent_at", "not_before", "expires_at"])
+def test_a_time_at_the_ends_of_the_calendar_is_processed_or_poisoned(field: str,
+                                                                    value: str) -> None:
+    """A time whose UTC form is outside years 1-9999 has no timestamp: reading it raised out
+    of the worker's poll (a time without a zone was taken as local time)."""
+    bus, _ = build()
+    with_token(bus)
+    raw = hostile_body(bus, (field, value))
+    bus.storage.queues.send(bus.names.queue("desk"), base64.b64encode(raw).decode())
+    assert set(drain(bus, fail_fast=False).total()) <= ENDS | {"scheduled"}
+    trigger = QueueTrigger(bus, "desk", max_dequeue_count=5, inline_dispatch_max=None,
+                           in_process_tries=1)
+    delivery = trigger.deliver(raw, 1)
+    assert {p.outcome.value for p in delivery.parts} | {delivery.outcome.value} <= ENDS | {
+        "scheduled"}
 
 
 @pytest.mark.parametrize("value", HOSTILE_VALUES)

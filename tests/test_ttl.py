@@ -186,7 +186,6 @@ def test_an_unexpired_command_is_handled(storage: Storage, prefix: str) -> None:
     ("2030-03-17T18:46:39+01:00", "2030-03-17T17:46:39Z"),
     (-1, "1969-12-31T23:59:59Z"),  # seconds since the epoch
     ("0001-01-01T00:00:00", "0001-01-01T00:00:00Z"),
-    ("0001-01-01T00:00:00+01:00", "0001-01-01T00:00:00+01:00"),  # no UTC form: as written
 ])
 def test_any_past_expiry_a_copy_carries_is_read_without_failing(expires_at: object,
                                                                 shown: str) -> None:
@@ -197,6 +196,16 @@ def test_any_past_expiry_a_copy_carries_is_read_without_failing(expires_at: obje
     assert drain(bus, fail_fast=False).total() == {"expired": 1} and seen == []
     assert reasons(bus) == [f"expired: its time-to-live ended at {shown} (received at "
                             f"{at(START)})"]
+
+
+def test_an_expiry_without_a_utc_form_is_an_invalid_envelope() -> None:
+    bus, seen = build(InMemoryStorage(), "p", Clock())
+    bus.send(Remind(ref="x"))
+    [copy] = take(bus)
+    put(bus, {**copy, "expires_at": "0001-01-01T00:00:00+01:00"})
+    assert drain(bus, fail_fast=False).total() == {"poisoned": 1} and seen == []
+    [reason] = reasons(bus)
+    assert reason.startswith("envelope is invalid: expires_at") and "no UTC form" in reason
 
 
 def test_the_time_to_live_counts_from_when_the_message_is_due() -> None:
