@@ -298,7 +298,9 @@ def _sessions_section(result: ScenarioResult) -> list[str]:
              "the order reversed every other round. Operations: the endpoint's port calls per "
              "message, counted as in scenario 5; client requests: the producer threads' HTTP "
              "requests per send. Failed commits: entity-group transactions refused (lost "
-             "claims), counted in the operations.", ""]
+             "claims), counted in the operations. Empty receives: the consumers' idle polls "
+             "(many when they wait for the producers; not in the operations). Load average "
+             f"before -> after the scenario: {x.get('load', '-')}.", ""]
     rows: list[list[Any]] = []
     for r in x["session_runs"]:
         python, azurite = r.cpu.per_unit_ms(r.messages)
@@ -306,9 +308,10 @@ def _sessions_section(result: ScenarioResult) -> list[str]:
         rows.append([r.index + 1, names[r.variant], r.messages, f"{r.seconds:.1f}",
                      f"**{r.rate:.1f}**", f"{sum(_per(r.ops, r.messages).values()):.2f}",
                      f"{sum(_per(r.client_requests, r.messages).values()):.2f}",
-                     r.set_aside, lost, f"{python:.1f}", f"{azurite:.1f}"])
+                     r.set_aside, lost, r.ops.get(IDLE, 0), f"{python:.1f}",
+                     f"{azurite:.1f}"])
     lines += _table(["round", "hop", "messages", "seconds", "msgs/s", "ops/msg",
-                     "client requests/msg", "set aside", "failed commits",
+                     "client requests/msg", "set aside", "failed commits", "empty receives",
                      "Python CPU ms/msg", "Azurite CPU ms/msg"], rows)
     ses = summary["sessions"]
     medians = ", ".join(f"{names[v]} {_fmt(summary[v]['msgs_per_s'], 1)}" for v in names)

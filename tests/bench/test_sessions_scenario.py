@@ -93,7 +93,7 @@ def test_the_json_keys_and_the_markdown_section() -> None:
     assert keys["sessions_eo_ops_per_msg"] == 3.0 and keys["sessions_ops_per_msg"] == 3.25
     assert report._session_keys(None) == dict.fromkeys(report.SESSION_KEYS)
     text = "\n".join(report._sessions_section(result))
-    assert "| 2 | session hop | 100 | 1.0 | **100.0** | 3.30 | 2.50 | 1 |" in text
+    assert "| 2 | session hop | 100 | 1.0 | **100.0** | 3.30 | 2.50 | 1 | 0 | 50 |" in text
     assert "Copies set aside: 4 of 200 messages" in text
 
 
