@@ -1,7 +1,7 @@
 """``python -m bench``: run the scenarios, write the results file, print the JSON.
 
-    python -m bench                    # full run (about 5 minutes): bench/results/latest.md
-    python -m bench --quick            # under 3 minutes: bench/results/quick.md
+    python -m bench                    # full run (5.5-8.5 minutes): bench/results/latest.md
+    python -m bench --quick            # about 3 minutes: bench/results/quick.md
     python -m bench --only raw,eo_hop  # some scenarios (the others report null)
     python -m bench --only spark --spark-rows 4000 --spark-runs 3   # Spark writes only
     python -m bench --only sessions --session-rounds 3   # ordered sessions vs unordered hop
@@ -32,7 +32,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="fewer messages, under 3 minutes")
+    parser.add_argument("--quick", action="store_true", help="fewer messages, about 3 minutes")
     parser.add_argument("--messages", type=int, help="messages per throughput scenario")
     parser.add_argument("--concurrency", type=int, help="consumer threads (at most 10 advised)")
     parser.add_argument("--producers", type=int, help="producer threads")
