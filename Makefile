@@ -17,7 +17,7 @@ help:
 	@echo "make demo   - the main job: 1,000 orders through the Functions app on Azurite, checked"
 	@echo "make sim    - the deterministic simulation: SIM_RUNS=2000 make sim"
 	@echo "make spark-demo - Spark producer -> Functions app -> Spark consumer on Azurite, checked"
-	@echo "make bench  - benchmarks vs the raw transport and kombu -> bench/results/ (QUICK=1: < 3 min)"
+	@echo "make bench  - benchmarks vs the raw transport and kombu -> bench/results/ (QUICK=1: about 3 min)"
 	@echo "make infra-check - offline checks of infra/ (topology in sync, checkov, Bicep structure)"
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
@@ -63,7 +63,7 @@ demo: setup
 	$(PY) -m devhost.demo --orders $(DEMO_ORDERS)
 
 # Benchmarks: each scenario on a fresh Azurite; the last line printed is JSON.
-# Full: about 5 minutes, writes bench/results/latest.md; QUICK=1: under 3, bench/results/quick.md.
+# Full: 5.5-8.5 minutes, writes bench/results/latest.md; QUICK=1: about 3, bench/results/quick.md.
 QUICK ?=
 bench: setup
 	$(PY) -m bench $(if $(filter 1 yes true,$(QUICK)),--quick)

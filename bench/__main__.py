@@ -1,9 +1,10 @@
 """``python -m bench``: run the scenarios, write the results file, print the JSON.
 
-    python -m bench                    # full run (about 5 minutes): bench/results/latest.md
-    python -m bench --quick            # under 3 minutes: bench/results/quick.md
+    python -m bench                    # full run (5.5-8.5 minutes): bench/results/latest.md
+    python -m bench --quick            # about 3 minutes: bench/results/quick.md
     python -m bench --only raw,eo_hop  # some scenarios (the others report null)
     python -m bench --only spark --spark-rows 4000 --spark-runs 3   # Spark writes only
+    python -m bench --only sessions --session-rounds 3   # ordered sessions vs unordered hop
 
 The last line printed is the JSON summary. The exit code is 1 when any scenario failed (it
 reports null instead of a number), 0 otherwise.
@@ -31,7 +32,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="fewer messages, under 3 minutes")
+    parser.add_argument("--quick", action="store_true", help="fewer messages, about 3 minutes")
     parser.add_argument("--messages", type=int, help="messages per throughput scenario")
     parser.add_argument("--concurrency", type=int, help="consumer threads (at most 10 advised)")
     parser.add_argument("--producers", type=int, help="producer threads")
@@ -41,6 +42,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
                                                        "setting (alternating)")
     parser.add_argument("--spark-cores", type=lambda text: tuple(int(n) for n in text.split(",")),
                         help="Spark settings local[n], comma-separated (default 1,2; quick 2)")
+    parser.add_argument("--sessions", type=int,
+                        help="sessions of the sessions scenario (a multiple of the producers; "
+                             "default 64)")
+    parser.add_argument("--session-rounds", type=int,
+                        help="rounds of the sessions scenario (unordered and session hop "
+                             "alternating; default 2)")
     parser.add_argument("--only", help=f"comma-separated subset of {','.join(SCENARIOS)}")
     parser.add_argument("--log", type=Path, help="write the bus's INFO log to this file "
                                                  "(to see why a scenario failed)")
@@ -55,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     overrides = {"messages": args.messages, "concurrency": args.concurrency,
                  "producers": args.producers, "latency_seconds": args.latency_seconds,
                  "spark_rows": args.spark_rows, "spark_runs": args.spark_runs,
-                 "spark_cores": args.spark_cores}
+                 "spark_cores": args.spark_cores, "sessions": args.sessions,
+                 "session_rounds": args.session_rounds}
     cfg = replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
     keys = list(SCENARIOS) if not args.only else [k.strip() for k in args.only.split(",")]
     unknown = set(keys) - set(SCENARIOS)

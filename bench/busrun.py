@@ -35,12 +35,18 @@ class AckProbe(ForwardingQueues):
     queue, on the thread that made it - once the signal's processing finished (alone or,
     with the Worker's batched path, together with the rest of its batch). A bundle is
     reported as its signals, each as a message of its own body (grouped client sends arrive
-    in bundles)."""
+    in bundles).
+
+    ``settled(body)`` says whether an acknowledged signal's processing is over. Always, but
+    for a copy set aside in a session: it is acknowledged before its handler runs, and its
+    release sends the same body again, acknowledged once handled - so that acknowledgement
+    must not count, nor be taken for a duplicate's."""
 
     def __init__(self, inner: Queues) -> None:
         super().__init__(inner)
         self.watched: frozenset[str] = frozenset()
         self.on_ack: Callable[[QueueMessage], None] = lambda message: None
+        self.settled: Callable[[str], bool] = lambda body: True
         self._lock = threading.Lock()
         self._acked: set[bytes] = set()
 
@@ -54,7 +60,7 @@ class AckProbe(ForwardingQueues):
             # sender's retry put on the queue (at-least-once), has the same body.
             if queue in self.watched:
                 for part in parts([message]):
-                    if self._first_ack(part.body):
+                    if self.settled(part.body) and self._first_ack(part.body):
                         self.on_ack(replace(message, body=part.body))
 
     def _first_ack(self, body: str) -> bool:
@@ -113,14 +119,16 @@ class LoadOutcome:
 def drive(inst: Installation, cfg: BenchConfig, *, consume: Sequence[str], messages: int,
           copies: int, send: Callable[[int], None], producers: int | None = None,
           pace: Callable[[int], None] | None = None,
-          on_ack: Callable[[QueueMessage], None] | None = None) -> LoadOutcome:
+          on_ack: Callable[[QueueMessage], None] | None = None,
+          settled: Callable[[str], bool] | None = None) -> LoadOutcome:
     """Send ``messages`` (each delivered as ``copies`` signals to the ``consume`` endpoints)
     with the producers while ``cfg.concurrency`` consumer threads process them.
 
     Each consumer thread owns one Worker per consumed endpoint and polls them in turn. The
     run ends at the last acknowledgement; the operation counts are taken right then.
     ``pace(seq)``, if given, is called before each send (a fixed-rate load); ``on_ack(message)``
-    after each acknowledgement, on the consumer thread that made it.
+    after each acknowledgement, on the consumer thread that made it; ``settled(body)``, if
+    given, whether an acknowledged signal counts (``AckProbe.settled``).
     """
     flow = Flow(messages * copies, cfg.window)
     inst.probe.watched = frozenset(inst.bus.names.queue(name) for name in consume)
@@ -131,6 +139,7 @@ def drive(inst: Installation, cfg: BenchConfig, *, consume: Sequence[str], messa
         flow.acked()
 
     inst.probe.on_ack = acked
+    inst.probe.settled = settled or (lambda body: True)
     crews = [[Worker(inst.bus, name, batch_size=cfg.batch) for name in consume]
              for _ in range(cfg.concurrency)]
 
@@ -165,11 +174,13 @@ def drive(inst: Installation, cfg: BenchConfig, *, consume: Sequence[str], messa
                         "grouped": group.grouped if group else 0})
 
 
-def check_outcomes(scenario: str, outcomes: Counter[str]) -> None:
+def check_outcomes(scenario: str, outcomes: Counter[str],
+                   allowed: tuple[str, ...] = ("processed", "duplicate")) -> None:
     """No message of a benchmark may end in the poison queue. Duplicates are allowed: signals
     are at-least-once (a sender's retry can put a second copy on the queue) and the
-    protocol drops them; the state check is what proves each effect happened once."""
-    bad = {k: n for k, n in outcomes.items() if k not in ("processed", "duplicate")}
+    protocol drops them; the state check is what proves each effect happened once. A
+    scenario with sessions also allows ``deferred``: copies set aside until their turn."""
+    bad = {k: n for k, n in outcomes.items() if k not in allowed}
     if bad:
         raise BenchError(f"{scenario}: unexpected outcomes {bad} (all: {dict(outcomes)})")
 

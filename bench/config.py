@@ -46,6 +46,15 @@ class BenchConfig:
     spark_cores: tuple[int, ...] = (1, 2)
     """The Spark settings, ``local[n]``: a SparkSession each (10-30 s to start and warm up;
     the quick run keeps local[2] only, the setting of the JSON line)."""
+    sessions: int = 64
+    """Sessions of the sessions scenario: Ping *i* belongs to session ``s{i mod sessions}``,
+    which is also its state partition. A multiple of ``producers``, so each session's Pings
+    come from one producer thread, one after the other, and their order is known."""
+    session_rounds: int = 2
+    """Rounds of the sessions scenario: each runs the unordered hop, the unordered hop over
+    the session hop's partitions and the session hop, each on a fresh Azurite (alternating:
+    every other round in reverse order). The quick run keeps one round (three runs of 10-20 s
+    with an Azurite start each)."""
     timeout: float = 300.0
     """A scenario that has not finished by then fails instead of hanging."""
     quick: bool = False
@@ -56,4 +65,4 @@ class BenchConfig:
 
 FULL = BenchConfig()
 QUICK = replace(FULL, messages=400, latency_seconds=10.0, spark_rows=1000, spark_cores=(2,),
-                timeout=120.0, quick=True)
+                session_rounds=1, timeout=120.0, quick=True)

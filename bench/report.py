@@ -61,6 +61,7 @@ def summary(results: Mapping[str, ScenarioResult], prices: PriceTable,
     cpu_eo = results["eo_hop"].extra["cpu"].per_unit_ms(results["eo_hop"].units) \
         if "eo_hop" in results else (None, None)
     spark = _spark_keys(results.get("spark"))
+    sessions = _session_keys(results.get("sessions"))
     out: dict[str, Any] = {
         "raw_hop_msgs_per_s": _round(raw, 1),
         "eo_hop_msgs_per_s": _round(eo, 1),
@@ -81,6 +82,7 @@ def summary(results: Mapping[str, ScenarioResult], prices: PriceTable,
         "usd_per_million_raw_hops": _round(prices.usd_per_million(ops_raw), 3)
         if ops_raw is not None else None,
         **spark,
+        **sessions,
         "quick": cfg.quick,
         "messages": cfg.messages,
         "concurrency": cfg.concurrency,
@@ -109,6 +111,39 @@ def _spark_keys(result: ScenarioResult | None) -> dict[str, Any]:
         "spark_requests_per_row": _round(top.get("ops_per_row"), 4),
         "spark_read_rows_per_s": _round(read.rate, 1) if read is not None else None,
         "spark_rows": result.extra["spark_rows"],
+    }
+
+
+SESSION_KEYS = ("sessions_msgs_per_s", "sessions_eo_msgs_per_s", "sessions_to_eo_ratio",
+                "sessions_ops_per_msg", "sessions_eo_ops_per_msg", "sessions_set_aside",
+                "sessions_messages", "sessions_client_requests_per_msg",
+                "sessions_eo_client_requests_per_msg", "sessions_same_partitions_msgs_per_s",
+                "sessions_to_same_partitions_ratio", "sessions_same_partitions_ops_per_msg")
+"""The sessions scenario's keys of the JSON line: msgs/s of the session hop and of the
+unordered hop run alternating with it (medians), the median of the rounds' ratios, the
+endpoint's storage operations per message of each, the copies set aside over the session runs
+(of ``sessions_messages`` messages), the client's requests per send of each, and the same for
+the unordered hop over the session hop's partitions."""
+
+
+def _session_keys(result: ScenarioResult | None) -> dict[str, Any]:
+    if result is None:
+        return dict.fromkeys(SESSION_KEYS)
+    s: dict[str, Any] = result.extra["session_summary"]
+    ses, eo, same = s["sessions"], s["unordered"], s["same_partitions"]
+    return {
+        "sessions_msgs_per_s": _round(ses["msgs_per_s"], 1),
+        "sessions_eo_msgs_per_s": _round(eo["msgs_per_s"], 1),
+        "sessions_to_eo_ratio": _round(s["ratio_to_unordered"], 3),
+        "sessions_ops_per_msg": _round(ses["ops_per_msg"], 2),
+        "sessions_eo_ops_per_msg": _round(eo["ops_per_msg"], 2),
+        "sessions_set_aside": ses["set_aside"],
+        "sessions_messages": ses["messages"],
+        "sessions_client_requests_per_msg": _round(ses["client_per_msg"], 2),
+        "sessions_eo_client_requests_per_msg": _round(eo["client_per_msg"], 2),
+        "sessions_same_partitions_msgs_per_s": _round(same["msgs_per_s"], 1),
+        "sessions_to_same_partitions_ratio": _round(s["ratio_to_same_partitions"], 3),
+        "sessions_same_partitions_ops_per_msg": _round(same["ops_per_msg"], 2),
     }
 
 
@@ -248,6 +283,60 @@ def _spark_section(result: ScenarioResult) -> list[str]:
     return lines
 
 
+def _fmt(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _sessions_section(result: ScenarioResult) -> list[str]:
+    x = result.extra
+    names: dict[str, str] = x["variants"]  # variant -> what it is, in the order they run
+    summary: dict[str, Any] = x["session_summary"]
+    lines = [f"{x['rounds']} round(s); in each, on fresh Azurites: the unordered exactly-once "
+             "hop (scenario 2: 512 partitions round-robin), the same hop over the session "
+             f"hop's {x['sessions']} partitions, and the session hop ({x['sessions']} sessions, "
+             "each its own state partition; the client numbers each send from a counter row), "
+             "the order reversed every other round. Operations: the endpoint's port calls per "
+             "message, counted as in scenario 5; client requests: the producer threads' HTTP "
+             "requests per send. Failed commits: entity-group transactions refused (lost "
+             "claims), counted in the operations. Empty receives: the consumers' idle polls "
+             "(many when they wait for the producers; not in the operations). Load average "
+             f"before -> after the scenario: {x.get('load', '-')}.", ""]
+    rows: list[list[Any]] = []
+    for r in x["session_runs"]:
+        python, azurite = r.cpu.per_unit_ms(r.messages)
+        lost = sum(n for (_, op, _), n in r.errors.items() if op == "transact")
+        rows.append([r.index + 1, names[r.variant], r.messages, f"{r.seconds:.1f}",
+                     f"**{r.rate:.1f}**", f"{sum(_per(r.ops, r.messages).values()):.2f}",
+                     f"{sum(_per(r.client_requests, r.messages).values()):.2f}",
+                     r.set_aside, lost, r.ops.get(IDLE, 0), f"{python:.1f}",
+                     f"{azurite:.1f}"])
+    lines += _table(["round", "hop", "messages", "seconds", "msgs/s", "ops/msg",
+                     "client requests/msg", "set aside", "failed commits", "empty receives",
+                     "Python CPU ms/msg", "Azurite CPU ms/msg"], rows)
+    ses = summary["sessions"]
+    medians = ", ".join(f"{names[v]} {_fmt(summary[v]['msgs_per_s'], 1)}" for v in names)
+    ratios = "; ".join(
+        f"to the {names[base]} **{_fmt(summary[f'ratio_to_{base}'], 3)}** (per round: "
+        + ", ".join(f"{v:.3f}" for v in summary[f"ratios_to_{base}"]) + ")"
+        for base in ("unordered", "same_partitions"))
+    lines += ["", f"Medians, msgs/s: {medians}. The session hop's ratio {ratios}. Copies set "
+              f"aside: {ses['set_aside']} of {ses['messages']} messages.", ""]
+    keys = sorted({key for v in names for key in summary[v]["ops"]})
+    rows = [[service, op, *(f"{summary[v]['ops'].get((service, op), 0.0):.3f}"
+                            for v in names)] for service, op in keys]
+    rows.append(["**total**", "", *(f"**{_fmt(summary[v]['ops_per_msg'], 3)}**"
+                                    for v in names)])
+    rows.append(["client", "requests per send",
+                 *(_fmt(summary[v]["client_per_msg"], 3) for v in names)])
+    lines += _table(["service", "operation", *(f"{names[v]}, per msg" for v in names)],
+                    rows)
+    return lines
+
+
+def _per(counts: Mapping[OpKey, int], units: int) -> dict[OpKey, float]:
+    return per_unit(counts, units) if units else {}
+
+
 def markdown(info: RunInfo, *, results: Mapping[str, ScenarioResult],
              failures: Mapping[str, str], titles: Mapping[str, str], data: Mapping[str, Any],
              prices: PriceTable) -> str:
@@ -273,7 +362,7 @@ def markdown(info: RunInfo, *, results: Mapping[str, ScenarioResult],
     raw = results["raw"].rate if "raw" in results else None
     rows: list[list[Any]] = []
     for number, (key, title) in enumerate(titles.items(), 1):
-        if key in ("latency", "spark"):
+        if key in ("latency", "spark", "sessions"):
             continue
         if key in results:
             r = results[key]
@@ -319,6 +408,9 @@ def markdown(info: RunInfo, *, results: Mapping[str, ScenarioResult],
     lines += ["", "## Spark: tasks publishing rows (bus vs raw send loop)", ""]
     lines += _spark_section(results["spark"]) if "spark" in results else [
         failures.get("spark", "not run")]
+    lines += ["", "## Sessions: ordered delivery against the unordered hop", ""]
+    lines += _sessions_section(results["sessions"]) if "sessions" in results else [
+        failures.get("sessions", "not run")]
     lines += ["", "## Prices used", "", f"From `bench/prices.toml`: {prices.meta['note']}.", ""]
     lines += _table(["class", "USD", "per", "what", "source", "date"],
                     [[p.name, p.usd, f"{p.per:,}", p.unit, p.source, p.date]

@@ -8,14 +8,17 @@ import json
 import random
 import sys
 import time
+from datetime import datetime, timezone
 
 import pytest
 from click.testing import CliRunner
 
 from bus import Bus, Command, Context, Endpoint, Settings, StateError
+from bus.envelope import Envelope
 from bus.hosting.maintenance import maintenance_pass
 from bus.operations.cli import main
 from bus.protocol.deadletters import ReplayResult
+from bus.protocol.sessions import Gaps, SessionRow, SetAside, Waiting, plan
 from bus.retry import Reject
 from bus.seams import Seams
 from bus.signing import Signing, SigningKey
@@ -247,6 +250,34 @@ def test_a_message_in_a_session_cannot_be_deferred(storage: Storage, prefix: str
     bus.send(Step(order="o1", n=0))
     assert drain(bus).total() == {"processed": 1}
     assert len(refused) == 1 and "cannot be deferred" in refused[0]
+
+
+def _copy(n: int) -> Envelope:
+    """Copy ``n`` of the client stream ``client:c`` in session ``o1``."""
+    return Envelope.model_validate(dict(
+        message_id=f"m{n}", attempt_id=f"a{n}", kind="command", message_type="Step",
+        source="client", destination="s", correlation_id=f"m{n}",
+        sent_at=datetime(2026, 11, 26, tzinfo=timezone.utc), payload="{}", session="o1",
+        stream="client:c", sequence=n))
+
+
+def _waiting(n: int) -> Waiting:
+    return Waiting(stream="client:c", sequence=n, message_id=f"m{n}", generation=0, since=0.0)
+
+
+def test_a_copy_set_aside_asks_for_a_release_only_when_a_skip_made_it_a_turn() -> None:
+    # The predecessor's commit asks for the release of the copy whose turn it is; a copy set
+    # aside before that one is handled must not ask again: each request sends its signal again.
+    gaps = Gaps(window=60.0, skip=True)
+    released_not_handled = SessionRow(streams={"client:c": 2}, waiting=(_waiting(2),))
+    aside = plan(released_not_handled, "o1", _copy(3), 0, 10.0, gaps=gaps, endpoint="s")
+    assert isinstance(aside, SetAside) and aside.releases == ()
+    # 2 never came and 3 waited past the window: skipping to 3 makes it 3's turn.
+    gap = SessionRow(streams={"client:c": 2}, waiting=(_waiting(3),))
+    skipped = plan(gap, "o1", _copy(4), 0, 100.0, gaps=gaps, endpoint="s")
+    assert isinstance(skipped, SetAside)
+    assert [r.message_id for r in skipped.releases] == ["m3"]
+    assert skipped.row.expected("client:c") == 3
 
 
 @pytest.mark.parametrize("key", ["", "a/b", "x" * 300])

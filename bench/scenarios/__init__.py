@@ -22,6 +22,8 @@ SCENARIOS: dict[str, tuple[str, str]] = {
     "latency": ("bench.scenarios.latency", "command hop latency at a fixed light load"),
     "spark": ("bench.scenarios.spark_publish",
               "Spark tasks publishing rows: bus vs a raw send loop, local[n]"),
+    "sessions": ("bench.scenarios.sessions",
+                 "ordered sessions hop vs the unordered exactly-once hop, alternating"),
 }
 
 

@@ -202,7 +202,8 @@ def plan(row: SessionRow, session: str, envelope: Envelope, generation: int, now
     if clash is not None:
         return Refuse(f"sequence {k} of stream {stream!r} in session {session!r} is already "
                       f"taken by message {clash.message_id}")
-    if k > expected and _skipping(row, stream, now, gaps):
+    skipped = k > expected and _skipping(row, stream, now, gaps)
+    if skipped:
         row, expected = _skip(row, stream, k, now), min(
             [k, *(w.sequence for w in row.waiting_for(stream))])
     if k == expected:
@@ -214,7 +215,10 @@ def plan(row: SessionRow, session: str, envelope: Envelope, generation: int, now
     aside = row.model_copy(update={"waiting": (*waiting, entry), "updated_at": now})
     if _overdue(aside, stream, now, gaps.window) and aside.blocked_since is None:
         aside = aside.model_copy(update={"blocked_since": now})
-    return SetAside(aside, _next_release(aside, stream, aside.expected(stream), endpoint))
+    # Only a skip makes a waiting copy's turn here: otherwise its predecessor's commit asked
+    # for its release already, and asking again would send its signal once more.
+    return SetAside(aside, _next_release(aside, stream, aside.expected(stream), endpoint)
+                    if skipped else ())
 
 
 def _touched(row: SessionRow, now: float) -> SessionRow:
