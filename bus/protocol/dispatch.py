@@ -176,8 +176,9 @@ class Dispatcher:
         for envelope, etag in zip(record.outgoing, record.pending, strict=False):
             try:
                 self._courier.inbox.withdraw(envelope.destination, envelope.attempt_id, etag)
-                self._courier.payloads.delete(
-                    self._courier.payloads.ref(envelope.destination, envelope.attempt_id))
+                if not self._courier.fits(envelope):  # only such a copy has a blob
+                    self._courier.payloads.delete(
+                        self._courier.payloads.ref(envelope.destination, envelope.attempt_id))
             except StorageError:
                 return
 
