@@ -24,6 +24,7 @@ from bus.seams import Seams
 from bus.signing import Signing, SigningKey
 from bus.storage import Storage
 from bus.testing import InMemoryStorage, drain
+from bus.testing.counting import counting_storage
 from bus.testing.seamed import seamed_bus
 
 
@@ -349,3 +350,23 @@ def test_a_signature_covers_the_session_and_the_sequence() -> None:
     assert bus.sealer.check(copy) is None
     for change in ({"sequence": 2}, {"stream": "client:other"}, {"session": "o2"}):
         assert bus.sealer.check(copy.model_copy(update=change)) == "bad signature (key 'k1')"
+
+
+def test_clients_of_one_name_share_their_stream_and_read_its_counter_once(
+        storage: Storage, prefix: str) -> None:
+    """Two processes' clients number one stream between them: every number once, in the
+    order taken; a process reads the counter row again only after the other one wrote it."""
+    shop = Shop(storage, prefix)
+    counted, ops = counting_storage(storage)
+    other = Bus(counted, list(shop.bus.topology.endpoints.values()), prefix=prefix,
+                settings=Settings(signal_bundles=False))
+    for n in range(4):
+        shop.bus.send(Step(order="o1", n=n))
+    ops.reset()
+    for n in range(4, 7):
+        other.send(Step(order="o1", n=n))
+    assert ops.snapshot().get(("table", "get")) == 1  # its first send: it knew no row yet
+    shop.bus.send(Step(order="o1", n=7))  # its memory is stale: a failed write, a read
+    drain(shop.bus)
+    assert shop.steps("o1") == list(range(8))
+    assert shop.session("o1")["next"] == {"client:client": 9}
