@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from bus.errors import Contention
 from bus.protocol.courier import Courier
 from bus.protocol.deferral import release
+from bus.protocol.inbox import TokenState
 from bus.protocol.outbox import ClaimLost, Outbox
 from bus.protocol.sessions import (
     SESSION_ROW,
@@ -144,11 +145,35 @@ class Sessions:
                 log.warning("%s: session %r blocked by a gap for %.0f s (%d waiting)",
                             self.endpoint, info.session, info.waited(now), len(info.waiting))
                 continue
+            moved = self._without_poisoned(info)
+            if moved is None:
+                continue
             firsts: dict[str, Waiting] = {}
-            for waiting in sorted(info.waiting, key=lambda w: w.sequence):
+            for waiting in sorted(moved.waiting, key=lambda w: w.sequence):
                 firsts.setdefault(waiting.stream, waiting)
             released += self._release(tuple(firsts.values()))
         return released
+
+    def _without_poisoned(self, info: SessionInfo) -> SessionInfo | None:
+        """The session without the waiting copies that were released in their turn and then
+        poisoned (their handler rejected them, or failed on every delivery): they wait no
+        more, but their entries stay in the row (a poisoned copy commits nothing), and the
+        first of a stream stands for a copy still to come - releasing it again does nothing,
+        and the receiver skips only to it, so the session would never move on. None when
+        the session is gone."""
+        poisoned = {(w.stream, w.sequence, w.message_id) for w in info.waiting
+                    if self._poisoned_since(w)}
+        if not poisoned:
+            return info
+        return self._change(info.session, lambda row: row.model_copy(update={"waiting": tuple(
+            w for w in row.waiting if (w.stream, w.sequence, w.message_id) not in poisoned)}))
+
+    def _poisoned_since(self, waiting: Waiting) -> bool:
+        """Whether the copy was released since it was set aside, then parked (poisoned): a
+        copy still set aside, released and on its way, or set aside again, is not."""
+        token = self._courier.inbox.find(self.endpoint, waiting.message_id)
+        return (token is not None and token.state is TokenState.PARKED
+                and token.generation > waiting.generation)
 
     def _change(self, session: str,
                 change: Callable[[SessionRow], SessionRow]) -> SessionInfo | None:

@@ -247,14 +247,17 @@ def _skipping(row: SessionRow, stream: str, now: float, gaps: Gaps) -> bool:
 
 
 def _skip(row: SessionRow, stream: str, k: int, now: float) -> SessionRow:
-    """The stream moved on past its gap, to its lowest waiting number (or ``k``)."""
+    """The stream moved on past its gap, to its lowest waiting number (or ``k``). A gap is
+    recorded only when numbers were skipped: the lowest waiting copy may be the expected one
+    itself (released in its turn and not arrived yet), and then nothing is."""
     lowest = min([k, *(w.sequence for w in row.waiting_for(stream))])
     gap = Gap(stream=stream, first=row.expected(stream), last=lowest - 1, at=now,
               by="operator" if row.skip else "window")
+    gaps = (*row.gaps, gap)[-MAX_GAPS:] if gap.last >= gap.first else row.gaps
     others = any(w.stream != stream for w in row.waiting)  # an operator's skip: theirs too
     return row.model_copy(update={
         "streams": {**row.streams, stream: lowest}, "skip": row.skip and others,
-        "blocked_since": None, "gaps": (*row.gaps, gap)[-MAX_GAPS:], "updated_at": now})
+        "blocked_since": None, "gaps": gaps, "updated_at": now})
 
 
 def _next_release(row: SessionRow, stream: str, sequence: int,

@@ -23,6 +23,7 @@ from bus.bus import Bus
 from bus.hosting.functions.trigger import QueueTrigger
 from bus.protocol.delivery import Handoff, Outcome
 from bus.storage import QueueMessage, StorageError
+from bus.testing.simulate.sessions import settled
 from bus.testing.simulate.world import World
 
 SIGNAL_BATCH = 2  # copies per signal activity (the app's is 16; small here, to interleave)
@@ -203,7 +204,8 @@ def _step(bus: Bus, world: World, job: Job) -> Job | None:
 def operator(bus: Bus, world: World, endpoints: list[str], known: set[str],
              counts: Counter[str]) -> Callable[[], None]:
     """Someone replaying the dead letters of messages the endpoints handle, now and then,
-    while the workers run (what the host or the bus poisoned after storage errors)."""
+    while the workers run (what the host or the bus poisoned after storage errors) - not a
+    copy its session refused or its handler rejected: replayed, it would be poisoned again."""
     def run() -> None:
         while True:
             world.sleep(5.0)
@@ -214,7 +216,8 @@ def operator(bus: Bus, world: World, endpoints: list[str], known: set[str],
                         continue
                     chosen = {letter.id for letter in letters.entries()
                               if letter.replayable and letter.entry.envelope is not None
-                              and letter.entry.envelope.message_type in known}
+                              and letter.entry.envelope.message_type in known
+                              and not settled(letter.entry)}
                     if chosen:
                         counts["dead_letters_replayed"] += len(letters.replay(chosen))
                 except StorageError:

@@ -28,9 +28,19 @@ from bus.seams import Seams
 from bus.storage import StorageError
 from bus.storage.limits import AZURE, StorageLimits
 from bus.testing.seamed import seamed_bus
-from bus.testing.simulate import spark
+from bus.testing.simulate import sessions, spark
 from bus.testing.simulate.functions import FunctionsHost, Job, operator, orchestrator
-from bus.testing.simulate.workload import EXPECTED, LARGE, Happened, Knobs, Releases, Start, build
+from bus.testing.simulate.workload import (
+    EXPECTED,
+    LARGE,
+    Happened,
+    Knobs,
+    Releases,
+    SessionPlan,
+    Start,
+    Tally,
+    build,
+)
 from bus.testing.simulate.world import Actor, FaultProfile, Gate, World
 
 MAX_STEPS = 200_000
@@ -110,8 +120,11 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
     # fail in every way either way.
     once = rng.random() < 0.5
     senders = 1 if once else senders  # the send ledger's path does not group
+    plan = knobs.sessions
+    tallies = _client_tallies(plan, len(roots), once)
     clients = [Actor(f"client#{index}", _client(bus, world, client_roots[index::senders],
-                                                garbage if index == 0 else [], once),
+                                                garbage if index == 0 else [], once=once,
+                                                tallies=tallies[index::senders]),
                      crashable=once) for index in range(senders)]
     handoffs: list[Job] = []
     counts: Counter[str] = Counter()
@@ -133,13 +146,14 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
                                   handoffs=handoffs, counts=counts))
     world.spawn(Actor("orchestrator", orchestrator(bus, world, handoffs, counts)))
     world.spawn(Actor("operator", operator(bus, world, list(bus.topology.endpoints),
-                                           {t for _, t in EXPECTED} | {"Start", "Noted"},
+                                           {t for _, t in EXPECTED} | {"Start", "Noted",
+                                                                       "Tally"},
                                            counts)))
 
     # Maintenance runs in every run: it collects pending tokens of handler runs that never
     # committed while workers are still committing theirs, releases deferrals and finishes
     # records whose orchestration never ran.
-    world.spawn(Actor("releaser", _releaser(bus, world, releases)))
+    world.spawn(Actor("releaser", _releaser(bus, world, releases, counts)))
     garbage_bodies = {body for body, _ in garbage}
 
     receivers = [*bus.topology.endpoints, *([spark.READER] if with_spark else [])]
@@ -147,7 +161,8 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
     def quiescent() -> bool:
         return all(c.finished for c in clients) and not handoffs and not any(
             storage.queues.bodies(bus.names.queue(e)) for e in receivers
-        ) and not any(_in_flight(t) for t in bus.inbox.all()) and not any(
+        ) and not any(_in_flight(t) and not _left_waiting(t, plan, world.now())
+                      for t in bus.inbox.all()) and not any(
             _to_replay(body, garbage_bodies) for e in receivers
             for body in storage.queues.bodies(bus.names.poison_queue(e))
         ) and not _unfinished_records(bus, storage) and not (
@@ -161,17 +176,21 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
     world.stop()
     return _outcome(seed, world, bus, buses=buses, settled=settled, roots=len(roots),
                     garbage=[body for body, _ in garbage], counts=counts, releases=releases,
-                    checkpoint=checkpoint if with_spark else None, noted=knobs.noted)
+                    checkpoint=checkpoint if with_spark else None, noted=knobs.noted,
+                    plan=plan)
 
 
 def _outcome(seed: int, world: World, bus: Bus, *, buses: list[Bus], settled: bool, roots: int,
              garbage: list[str], counts: Counter[str], releases: Releases,
-             checkpoint: spark.Checkpoint | None, noted: bool) -> RunResult:
+             checkpoint: spark.Checkpoint | None, noted: bool,
+             plan: SessionPlan | None) -> RunResult:
     """The run's result: what it exercised and, once it quiesced, what it violated."""
     storage = bus.storage
     assert isinstance(storage, InMemoryStorage)
-    result = RunResult(seed, roots * len(EXPECTED) + len(garbage), dict(world.counters.faults),
-                       steps=world.steps, statistics=_statistics(buses))
+    tallies = len(plan.labels(roots)) if plan is not None else 0
+    result = RunResult(seed, roots * len(EXPECTED) + len(garbage) + tallies,
+                       dict(world.counters.faults), steps=world.steps,
+                       statistics=_statistics(buses))
     if not settled:
         result.violations.append(f"did not quiesce within {world.steps} steps")
         return result
@@ -179,6 +198,10 @@ def _outcome(seed: int, world: World, bus: Bus, *, buses: list[Bus], settled: bo
     result.statistics.update(counts)
     result.statistics.update(_seen_at_the_end(bus, storage, set(garbage)))
     result.statistics["expired_messages"] += storage.queues.expired
+    if plan is not None:  # first: the most telling of a broken session
+        found = sessions.look(bus, storage, plan)
+        result.statistics.update(sessions.statistics(found))
+        result.violations.extend(sessions.check(found, plan, roots))
     result.violations.extend(check(bus, storage, roots, garbage, noted))
     result.violations.extend(releases.violations)
     if checkpoint is not None:
@@ -264,7 +287,26 @@ def _knobs(seed: int, rng: random.Random, profile: FaultProfile) -> Knobs:
                  scheduled=rng.choice((0.0, 0.3, 1.0)), bounded=rng.choice((None, 1, 2)),
                  defer=rng.choice((0.0, 0.5, 1.0)), declared_reads=rng.random() < 0.5,
                  deferrals=random.Random(seed ^ 0xDEF).choice((1, 2, 3)),  # again: 2 in 3
-                 noted=random.Random(seed ^ 0x707).random() < 0.5)  # c sends on every run
+                 noted=random.Random(seed ^ 0x707).random() < 0.5,  # c sends on every run
+                 sessions=_session_plan(seed))
+
+
+def _session_plan(seed: int) -> SessionPlan | None:
+    """Endpoint s and its sessions in half of the runs (drawn apart: the other half runs as
+    before). Two or three sessions sharing one or two partitions; half of the endpoints skip
+    gaps after a reorder window of 1-4 virtual seconds (a copy delayed by a crash, a lease or
+    a retry longer than that is skipped: it must end in the dead-letter queue), and half of
+    those have a Tally whose handler rejects it on every delivery (a real gap)."""
+    draw = random.Random(seed ^ 0x5E5510)
+    if draw.random() < 0.5:
+        return None
+    skip = draw.random() < 0.5
+    keys = tuple(f"k{index}" for index in range(draw.randint(2, 3)))
+    return SessionPlan(keys=keys, partitions=draw.choice((1, 2)), per_root=draw.randint(1, 2),
+                       from_b=draw.random() < 0.5, from_client=draw.randint(1, 2),
+                       close=draw.random() < 0.5, skip_gaps=skip,
+                       window=draw.uniform(1.0, 4.0) if skip else 300.0,
+                       doomed="e-0-k0-0" if skip and draw.random() < 0.5 else None)
 
 
 def _settings(seed: int, layout: random.Random) -> Settings:
@@ -304,7 +346,8 @@ def _statistics(buses: list[Bus]) -> Counter[str]:
 
 # -- actors -------------------------------------------------------------------------------------
 def _client(bus: Bus, world: World, roots: Sequence[int],
-            garbage: list[tuple[str, Envelope | None]], once: bool) -> Callable[[], None]:
+            garbage: list[tuple[str, Envelope | None]], *, once: bool,
+            tallies: Sequence[tuple[str, str]] = ()) -> Callable[[], None]:
     def send_all() -> None:
         for root in roots:
             pad = "x" * LARGE if world.rng.random() < 0.3 else ""
@@ -312,6 +355,8 @@ def _client(bus: Bus, world: World, roots: Sequence[int],
                 bus.send_once(Start(root=root, pad=pad), message_id=f"root{root}")
             else:
                 bus.send(Start(root=root, pad=pad), message_id=f"root{root}")
+        for label, key in tallies:
+            _send_tally(bus, world, Tally(session=key, label=label), once)
         for body, envelope in garbage:
             if envelope is not None:  # a well-formed envelope of an unknown type, with a token
                 _until_ok(world, lambda e=envelope: bus.inbox.create(  # type: ignore[misc]
@@ -320,6 +365,29 @@ def _client(bus: Bus, world: World, roots: Sequence[int],
                 bus.names.queue("a"), b))
 
     return send_all
+
+
+def _client_tallies(plan: SessionPlan | None, roots: int, once: bool) -> list[tuple[str, str]]:
+    """The Tallies the clients send, (label, session) - the plan settled first."""
+    if plan is None:
+        return []
+    plan.settle(roots, once)
+    return list(plan.client_labels().items())
+
+
+def _send_tally(bus: Bus, world: World, tally: Tally, once: bool) -> None:
+    """``send_once`` (not numbered: handled in arrival order), or ``send``, numbered in the
+    client's stream and sent again when it raises: a failure of ``send`` here is one of the
+    numbering (the client's sends never give up after it), so nothing was sent."""
+    message_id = f"tally-{tally.label}"
+    if once:
+        bus.send_once(tally, message_id=message_id)
+        return
+
+    def send() -> None:
+        bus.send(tally, message_id=message_id)
+
+    _until_ok(world, send)
 
 
 def _until_ok(world: World, call: Callable[[], None]) -> None:
@@ -367,20 +435,34 @@ def _in_flight(token: Token) -> bool:
     return token.state in (TokenState.LIVE, TokenState.PENDING, TokenState.DEFERRED)
 
 
+def _left_waiting(token: Token, plan: SessionPlan | None, now: float) -> bool:
+    """Whether a copy set aside in its session (a deferred token at ``s``: its handler never
+    defers) will wait for good once nothing else moves: at an endpoint that blocks, no copy
+    is left to come before it; at one that skips gaps, maintenance (every second) would have
+    released it once its reorder window passed - a minute more allows for failed passes. The
+    run then ends, and the sessions check reports it (nothing may be left waiting)."""
+    if plan is None or token.endpoint != sessions.ENDPOINT:
+        return False
+    if token.state is not TokenState.DEFERRED:
+        return False
+    return not plan.skip_gaps or now - token.since > plan.window + 60.0
+
+
 def _to_replay(body: str, garbage: set[str]) -> bool:
     """Whether a poison-queue body still needs maintenance or the operator: anything the host
     moved there itself, not adopted yet (its copy expires: the run is not over until it is),
     and an entry of a message the operator has to replay (not the garbage the run injected)."""
     try:
         entry = PoisonEntry.decode(body)
-        if _orphan_report(entry):
-            return False  # a report, not a message: its token says what became of it
+        if _orphan_report(entry) or sessions.settled(entry):
+            return False  # a report, or a copy the operator leaves (the sessions check's)
         return entry.original_body not in garbage
     except (ValueError, binascii.Error):
         return True  # the host moved it: adopted (then replayed, unless garbage)
 
 
-def _releaser(bus: Bus, world: World, releases: Releases) -> Callable[[], None]:
+def _releaser(bus: Bus, world: World, releases: Releases,
+              counts: Counter[str]) -> Callable[[], None]:
     """An operator releasing what is deferred at ``c`` now and then (each release naming the
     deferral the operator saw, as ``Releases`` records), and the maintenance timer (the
     sweeper: it re-sends the signals of releases that stopped half-way; the adoption of what
@@ -397,7 +479,8 @@ def _releaser(bus: Bus, world: World, releases: Releases) -> Callable[[], None]:
                         continue  # e's to release (see Releases)
                     releases.permitted.add((root, message.deferrals))
                     deferred.release(message.message_id, deferrals=message.deferrals)
-            maintenance_pass(bus, STALLED_SECONDS)  # the Functions app's timer, every second
+            report = maintenance_pass(bus, STALLED_SECONDS)  # the Functions app's timer
+            counts["overdue_releases"] += sum(report.sessions_released.values())
             world.sleep(1.0)
 
     return release_all
@@ -511,6 +594,8 @@ def _poison(bus: Bus, storage: InMemoryStorage, garbage: list[str]) -> list[str]
             entry = PoisonEntry.decode(body)
             if _orphan_report(entry):
                 continue  # what became of its message, the effects and tokens tell
+            if endpoint == sessions.ENDPOINT and sessions.settled(entry):
+                continue  # what its session says of it, the sessions check tells
             if entry.original_body not in garbage:
                 violations.append(f"poisoned at {endpoint}: {entry.reason}")
             poisoned.append(entry.original_body)

@@ -5,6 +5,10 @@
                                           c --Noted--> e  (on every run of c's handler,
                                                            deferring ones too, in some runs)
 
+In half of the runs a sixth endpoint, ``s``, handles ``Tally`` in sessions: ``e`` (and in some
+runs ``b``) sends numbered Tallies to the sessions from its partitions, and the client sends
+some too (numbered with ``send``, in arrival order with ``send_once``); see ``SessionPlan``.
+
 Every handler records its effect as a row with a unique key (so applying an effect twice leaves
 two rows, even if the two commits raced) and bumps a per-partition counter with a
 read-modify-write (so a lost update shows as a counter that disagrees with the effect rows).
@@ -18,7 +22,7 @@ from dataclasses import dataclass, field
 
 from bus import Command, Context, Endpoint, Event
 from bus.messages import Message
-from bus.retry import Abandon, RetryAfter, RetryPolicy
+from bus.retry import Abandon, Reject, RetryAfter, RetryPolicy
 
 ENDPOINTS = ("a", "b", "c", "d", "e")
 EXPECTED = (("a", "Start"), ("b", "Step"), ("c", "Happened"), ("d", "Happened"),
@@ -44,6 +48,14 @@ class Finish(Command):
     root: int
 
 
+class Tally(Command):
+    """A message of session ``session`` at ``s``; ``label`` names it among the run's
+    messages (who sent it, for which root, which one)."""
+
+    session: str
+    label: str
+
+
 class Noted(Command):
     """What ``c`` sends on every run of its handler: each run's record, deferring ones too,
     has an outgoing message, so one message id (the event's) comes back to ``c``'s slot with
@@ -65,6 +77,62 @@ class Knobs:
     deferrals: int = 1  # how many times c may defer one Happened (again after a release)
     declared_reads: bool = False  # handlers declare the counter row (read with the claim)
     noted: bool = False  # c sends Noted to e on every run of its handler
+    sessions: SessionPlan | None = None  # endpoint s and its Tallies, in half of the runs
+
+
+@dataclass
+class SessionPlan:
+    """The sessions of a run: their keys, who sends each how many Tallies, how ``s`` treats
+    gaps. Each root's Finish makes ``e`` send ``per_root`` Tallies to one session (a stream per
+    partition of ``e``, numbered within a commit and across the commits of the roots that share
+    the partition: ``e`` sends nothing else, so the fan-out leaves the other endpoints' records
+    as they were); with ``from_b``, each root's Step makes ``b`` send one to another session;
+    the client sends ``from_client`` to every session. ``settle`` completes it once the roots
+    are drawn."""
+
+    keys: tuple[str, ...]
+    partitions: int  # state partitions at s: sessions share them
+    per_root: int
+    from_b: bool
+    from_client: int
+    close: bool  # the handler closes a session on its last Tally
+    skip_gaps: bool
+    window: float  # s's reorder window, seconds
+    doomed: str | None = None  # the label of a Tally its handler always rejects
+    totals: dict[str, int] = field(default_factory=dict)
+
+    def partition(self, key: str) -> str:
+        return f"q{self.keys.index(key) % self.partitions}"
+
+    def session_of(self, root: int, offset: int = 0) -> str:
+        return self.keys[(root + offset) % len(self.keys)]
+
+    def from_e(self, root: int) -> dict[str, str]:
+        """The Tallies e's handler sends for ``root``, label -> session."""
+        key = self.session_of(root)
+        return {f"e-{root}-{key}-{i}": key for i in range(self.per_root)}
+
+    def labels(self, roots: int) -> dict[str, str]:
+        """Every Tally of the run, label -> session."""
+        labels = {label: key for root in range(roots) for label, key in self.from_e(root).items()}
+        if self.from_b:
+            labels.update({f"b-{root}": self.session_of(root, 1) for root in range(roots)})
+        labels.update(self.client_labels())
+        return labels
+
+    def client_labels(self) -> dict[str, str]:
+        return {f"client-{key}-{i}": key for key in self.keys for i in range(self.from_client)}
+
+    def settle(self, roots: int, once: bool) -> None:
+        """The rest of the plan once the roots and the client's way of sending are drawn: a
+        client with ``send`` sends numbered Tallies only to an endpoint that skips gaps (a
+        number it took for a send that then failed is a gap: one that blocks, by design, at
+        an endpoint that does not); and ``totals``, how many Tallies each session gets."""
+        if not once and not self.skip_gaps:
+            self.from_client = 0
+        self.totals = {key: 0 for key in self.keys}
+        for key in self.labels(roots).values():
+            self.totals[key] += 1
 
 
 @dataclass
@@ -128,6 +196,7 @@ def build(knobs: Knobs, roll: Callable[[], float], new_id: Callable[[], str],
     def on_step(message: Step, ctx: Context) -> None:
         effect(ctx, message, message.root)
         ctx.publish(Happened(root=message.root))
+        _send_tallies(ctx, knobs.sessions, "b", message.root)
 
     @endpoints["c"].handles(Happened, partition=partition, reads=reads)
     def on_happened_c(message: Happened, ctx: Context) -> None:
@@ -159,8 +228,69 @@ def build(knobs: Knobs, roll: Callable[[], float], new_id: Callable[[], str],
     @endpoints["e"].handles(Finish, partition=partition, reads=reads)
     def on_finish(message: Finish, ctx: Context) -> None:
         effect(ctx, message, message.root)
+        _send_tallies(ctx, knobs.sessions, "e", message.root)
         if knobs.defer:  # c's copy of the event may be deferred (or not yet, or never)
             first = 0 if releases is None or releases.explicit else None
             ctx.release_deferred(ctx.headers["happened"], endpoint="c", deferrals=first)
 
+    endpoints.update(_tallying(knobs, policy, roll, new_id))
     return list(endpoints.values())
+
+
+def _send_tallies(ctx: Context, plan: SessionPlan | None, sender: str, root: int) -> None:
+    """The Tallies e's handler sends for ``root``, or b's (one, with ``from_b``): numbered in
+    the stream of the handler's partition."""
+    if plan is None:
+        return
+    if sender == "e":
+        for label, key in plan.from_e(root).items():
+            ctx.send(Tally(session=key, label=label))
+    elif plan.from_b:
+        ctx.send(Tally(session=plan.session_of(root, 1), label=f"b-{root}"))
+
+
+def _tallying(knobs: Knobs, policy: RetryPolicy, roll: Callable[[], float],
+              new_id: Callable[[], str]) -> dict[str, Endpoint]:
+    """Endpoint ``s``, in a run with sessions. Its handler writes one effect row per Tally
+    naming its stream, its sequence number and the number the session had handled last in
+    that stream (so the order of the commits shows), and keeps the session's state (a count,
+    the last number per stream) in step."""
+    plan = knobs.sessions
+    if plan is None:
+        return {}
+    endpoint = Endpoint("s", retry=policy, reorder_window=plan.window, skip_gaps=plan.skip_gaps)
+    reads = (lambda message: ["counter"]) if knobs.declared_reads else None
+
+    @endpoint.handles(Tally, partition=lambda m: plan.partition(m.session), reads=reads,
+                      session=lambda m: m.session)
+    def on_tally(message: Tally, ctx: Context) -> None:
+        if message.label == plan.doomed:
+            raise Reject("injected: this Tally can never succeed")
+        if roll() < knobs.handler_failure:
+            raise RuntimeError("injected handler failure")
+        if roll() < knobs.retry_after:
+            raise RetryAfter(roll(), "injected: try later")
+        if roll() < knobs.retry_after:
+            raise Abandon("injected: abandoned")
+        session = ctx.session
+        assert session is not None
+        stream, sequence = ctx.envelope.stream, ctx.envelope.sequence
+        last: dict[str, int] = dict(session.state.get("last", {}))
+        count = int(session.state.get("count", 0)) + 1
+        ctx.state.put(f"tally.{message.label}.{new_id()}", {
+            "session": message.session, "label": message.label, "stream": stream or "",
+            "sequence": sequence or 0, "prev": last.get(stream, 0) if stream else 0,
+            "generation": ctx.deferrals, "count": count})
+        counter = ctx.state.get("counter") or {"n": 0}
+        n = counter["n"]
+        assert isinstance(n, int)
+        ctx.state.put("counter", {"n": n + 1})
+        if stream is not None and sequence is not None:
+            last[stream] = sequence
+        session.state.update(last=last, count=count)
+        if plan.close and count == plan.totals[message.session]:
+            session.close()
+        if roll() < knobs.handler_failure:  # after writing: an attempt must leave nothing
+            raise RuntimeError("injected handler failure after its writes")
+
+    return {"s": endpoint}

@@ -1,0 +1,100 @@
+"""Sessions that skip gaps (bus.protocol.sessions, session_admin): a copy that waited for its
+turn and was then poisoned does not hold its session up for good, and a skip that skips
+nothing records no gap - on the in-memory backend and Azurite."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from bus import Bus, Command, Context, Endpoint, Settings
+from bus.envelope import Envelope, decode_signal
+from bus.protocol.delivery import Outcome
+from bus.protocol.sessions import Gaps, Handle, SessionRow, SetAside, Waiting, plan
+from bus.retry import Reject
+from bus.seams import Seams
+from bus.storage import Storage
+from bus.testing.seamed import seamed_bus
+
+WINDOW = 5.0
+
+
+class Step(Command):
+    flow: str
+    n: int
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_900_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def build(storage: Storage, prefix: str, clock: Clock) -> tuple[Bus, list[int]]:
+    flows = Endpoint("flows", reorder_window=WINDOW, skip_gaps=True)
+    handled: list[int] = []
+
+    @flows.handles(Step, partition=lambda m: m.flow, session=lambda m: m.flow)
+    def step(message: Step, ctx: Context) -> None:
+        if message.n == 2:
+            raise Reject("step 2 can never succeed")
+        handled.append(message.n)
+
+    bus = seamed_bus(Seams(clock=clock), storage, [flows], prefix=prefix,
+                     settings=Settings(signal_bundles=False, group_sends=False))
+    bus.provision()
+    return bus, handled
+
+
+def deliver(bus: Bus, sequence: int) -> Outcome | None:
+    """Handle the queued copy with ``sequence`` (the others are left on the queue)."""
+    queue = bus.names.queue("flows")
+    found = None
+    for message in bus.storage.queues.receive(queue, max_messages=32, lease=30):
+        if found is None and decode_signal(message.body).sequence == sequence:
+            found = bus.receiver("flows").handle(message.body, message.dequeue_count)
+            bus.storage.queues.delete(queue, message)
+        else:
+            bus.storage.queues.extend(queue, message, lease=0)
+    return found
+
+
+def test_a_copy_poisoned_after_it_waited_does_not_hold_up_its_session(
+        storage: Storage, prefix: str) -> None:
+    clock = Clock()
+    bus, handled = build(storage, prefix, clock)
+    for n in (1, 2, 3):
+        bus.send(Step(flow="f", n=n))
+    assert deliver(bus, 2) is Outcome.DEFERRED  # ahead of its turn: set aside
+    assert deliver(bus, 3) is Outcome.DEFERRED
+    assert deliver(bus, 1) is Outcome.PROCESSED  # its commit releases 2
+    assert deliver(bus, 2) is Outcome.POISONED  # its turn, and its handler rejects it
+    clock.now += WINDOW + 1
+    # 2 waits no more: maintenance drops it from the session and releases 3, which skips it.
+    assert bus.sessions("flows").release_overdue() == 1
+    assert deliver(bus, 3) is Outcome.PROCESSED
+    assert handled == [1, 3]
+    info = bus.sessions("flows").get("f")
+    assert info is not None and not info.waiting
+    assert [(g.first, g.last) for g in info.row.gaps] == [(2, 2)]
+
+
+def test_a_skip_to_the_copy_released_in_its_turn_records_no_gap() -> None:
+    # 2 waited long, then 1 came and released it; 3 arrives before 2 does.
+    row = SessionRow(streams={"s": 2}, waiting=(
+        Waiting(stream="s", sequence=2, message_id="m2", generation=0, since=0.0),))
+    planned = plan(row, "f", _copy(3), 0, 100.0, gaps=Gaps(window=WINDOW, skip=True),
+                   endpoint="flows")
+    assert isinstance(planned, SetAside) and planned.row.gaps == ()
+    assert planned.row.expected("s") == 2
+    second = plan(planned.row, "f", _copy(2), 1, 101.0, gaps=Gaps(window=WINDOW, skip=True),
+                  endpoint="flows")
+    assert isinstance(second, Handle) and second.row.expected("s") == 3
+
+
+def _copy(sequence: int) -> Envelope:
+    return Envelope(message_id=f"m{sequence}", attempt_id=f"a{sequence}", kind="command",
+                    message_type="Step", source="client", destination="flows",
+                    correlation_id="c", sent_at=datetime.fromtimestamp(0, tz=timezone.utc),
+                    payload="{}", session="f", stream="s", sequence=sequence)
