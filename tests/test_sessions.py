@@ -370,3 +370,24 @@ def test_clients_of_one_name_share_their_stream_and_read_its_counter_once(
     drain(shop.bus)
     assert shop.steps("o1") == list(range(8))
     assert shop.session("o1")["next"] == {"client:client": 9}
+
+
+def test_an_operator_skips_past_a_copy_released_in_its_turn_and_then_poisoned(
+        storage: Storage, prefix: str) -> None:
+    """Its entry stays in the waiting list (a poisoned copy commits nothing); the skip drops
+    it instead of releasing it again (which does nothing to a parked token) and moves on."""
+    shop = Shop(storage, prefix, refuse={2})
+    shop.bus.send(Step(order="o1", n=0), delay=1.0)
+    for n in range(1, 4):
+        shop.bus.send(Step(order="o1", n=n))
+    drain(shop.bus)
+    time.sleep(1.2)
+    shop.clock.now += 2
+    drain(shop.bus, fail_fast=False)
+    assert shop.steps("o1") == [0, 1]  # 2 released in its turn, then poisoned; 3 waits
+    assert shop.bus.sessions("s").skip("o1") == 1
+    drain(shop.bus, fail_fast=False)
+    assert shop.steps("o1") == [0, 1, 3]
+    info = shop.bus.sessions("s").get("o1")
+    assert info is not None and info.waiting == () and [
+        (g.first, g.last) for g in info.row.gaps] == [(3, 3)]

@@ -116,12 +116,11 @@ class Sessions:
         """Move the session past its gaps now, whatever the reorder window: returns how many
         waiting copies were released to go on (0: nothing waits, so nothing to skip to)."""
         info = self._change(session, lambda row: row.model_copy(update={"skip": True}))
+        if info is not None:
+            info = self._without_poisoned(info)  # they would hold the skip up (see there)
         if info is None or not info.waiting:
             return 0
-        firsts: dict[str, Waiting] = {}
-        for waiting in sorted(info.waiting, key=lambda w: w.sequence):
-            firsts.setdefault(waiting.stream, waiting)
-        return self._release(tuple(firsts.values()))
+        return self._release(_firsts(info.waiting))
 
     def close(self, session: str) -> int:
         """Close the session: later copies of it are poisoned with the reason, and so is each
@@ -148,10 +147,7 @@ class Sessions:
             moved = self._without_poisoned(info)
             if moved is None:
                 continue
-            firsts: dict[str, Waiting] = {}
-            for waiting in sorted(moved.waiting, key=lambda w: w.sequence):
-                firsts.setdefault(waiting.stream, waiting)
-            released += self._release(tuple(firsts.values()))
+            released += self._release(_firsts(moved.waiting))
         return released
 
     def _without_poisoned(self, info: SessionInfo) -> SessionInfo | None:
@@ -201,3 +197,11 @@ class Sessions:
         session = row.row_key[len(SESSION_ROW):]
         return SessionInfo(self.endpoint, row.partition_key, session,
                            decode(row.partition_key, row.properties), row.etag)
+
+
+def _firsts(waiting: Sequence[Waiting]) -> tuple[Waiting, ...]:
+    """The first waiting copy of each stream."""
+    firsts: dict[str, Waiting] = {}
+    for entry in sorted(waiting, key=lambda w: w.sequence):
+        firsts.setdefault(entry.stream, entry)
+    return tuple(firsts.values())
