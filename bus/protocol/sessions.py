@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -360,10 +360,6 @@ def json_state(state: Mapping[str, Any]) -> dict[str, Any]:
 
 def counter_partition(stream: str, destination: str, session: str) -> str:
     """The send ledger partition of a client stream's counter for one destination and
-    session (hashed: session keys may hold characters a key may, but not all of them twice)."""
+    session (hashed: the three together can be longer than a key holds)."""
     digest = hashlib.sha256(f"{stream}\n{destination}\n{session}".encode()).hexdigest()
     return f"~seq~{digest[:40]}"
-
-
-def releases_of(plan_: Plan) -> Sequence[Release]:
-    return () if isinstance(plan_, Refuse) else plan_.releases
