@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from bus import Bus, Command, Context, Endpoint, Event
 from bus.adapters.memory import Fault
-from bus.envelope import carried_deliveries, parse_envelope, split_bundle, with_deliveries
+from bus.envelope import carried_deliveries, parse_envelope, with_deliveries
 from bus.hosting.worker import Worker
 from bus.operations.cli import main
 from bus.protocol.deadletters import ReplayResult
@@ -31,6 +31,7 @@ from bus.signing import Signing, SigningKey
 from bus.storage import Storage
 from bus.testing import InMemoryStorage, drain
 from bus.testing.seamed import seamed_bus
+from tests.test_signing import put, reasons, take
 
 START = 1_900_000_000.0  # 2030-03-17T17:46:40Z
 KEY = b"t" * 32
@@ -115,27 +116,6 @@ def build(storage: Storage, prefix: str, clock: Clock,
                      settings=settings)
     bus.provision()
     return bus, seen
-
-
-def take(bus: Bus, endpoint: str = "desk") -> list[dict[str, Any]]:
-    """Every signal waiting at ``endpoint`` (bundles taken apart), off the queue."""
-    queue = bus.names.queue(endpoint)
-    found: list[dict[str, Any]] = []
-    while messages := bus.storage.queues.receive(queue, max_messages=32, lease=60):
-        for message in messages:
-            for body in split_bundle(message.body) or [message.body]:
-                found.append(json.loads(base64.b64decode(body)))
-            bus.storage.queues.delete(queue, message)
-    return found
-
-
-def put(bus: Bus, document: dict[str, Any], endpoint: str = "desk") -> None:
-    bus.storage.queues.send(bus.names.queue(endpoint),
-                            base64.b64encode(json.dumps(document).encode()).decode())
-
-
-def reasons(bus: Bus, endpoint: str = "desk") -> list[str]:
-    return [letter.entry.reason for letter in bus.dead_letters(endpoint).entries()]
 
 
 def at(moment: float) -> str:
