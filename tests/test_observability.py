@@ -392,3 +392,45 @@ def test_queue_depth_is_read_once_per_interval(storage: Storage, prefix: str,
     assert depths()["orders"] == 0
     assert counter.snapshot()[("queue", "depth")] == 4
     del workers
+
+
+def test_a_spark_read_links_to_the_messages_it_takes(storage: Storage, prefix: str,
+                                                     recorded: Recorded) -> None:
+    from bus.integrations.spark.reader import Drainer, staged_rows, subscribe
+    from bus.integrations.spark.staging import Staging
+
+    bus = Bus(storage, routes={PlaceOrder: "sink"}, prefix=prefix,
+              telemetry=recorded.telemetry)
+    Staging(storage, prefix).ensure()
+    subscribe(bus, "sink")
+    for order in ("a", "b"):
+        bus.send(PlaceOrder(order_id=order, amount=1))
+    drainer = Drainer(bus, Staging(storage, prefix), "sink")
+    assert drainer.stage("r~sink~a", 10, close_empty=True) == 2
+    sends = recorded.named("send sink")
+    [receive] = recorded.named("receive sink")
+    assert {link.context.span_id for link in receive.links} == {
+        s.context.span_id for s in sends}
+    # The rows keep the headers: a pipeline can continue the trace from them.
+    rows = staged_rows(Staging(storage, prefix), "r~sink~a", None)
+    headers = [row[7] for row in rows]  # the "headers" column (columns.BASE_COLUMNS)
+    assert sorted(h["traceparent"].split("-")[2] for h in headers) == sorted(
+        f"{s.context.span_id:016x}" for s in sends)
+
+
+def test_a_spark_write_job_carries_the_driver_s_trace_to_its_tasks(recorded: Recorded) -> None:
+    import pickle
+
+    from bus.integrations.spark.options import Connection, WriteOptions
+    from bus.integrations.spark.writer import JobWriter
+
+    options = WriteOptions(Connection(connection_string="UseDevelopmentStorage=true"),
+                           "tests.spark.contracts:RecordSale", destination="sink",
+                           key_columns=("sale_id",))
+    with recorded.telemetry.tracer.start_as_current_span("nightly job") as driver:
+        job = JobWriter(options)
+    shipped = pickle.loads(pickle.dumps(job))  # as Spark ships it to the executors
+    _, trace_id, span_id, _ = shipped.trace["traceparent"].split("-")
+    assert (trace_id, span_id) == (f"{driver.get_span_context().trace_id:032x}",
+                                   f"{driver.get_span_context().span_id:016x}")
+    assert JobWriter(options).trace == {}  # no span on the driver: nothing to continue

@@ -23,8 +23,8 @@ T = TypeVar("T")
 
 _NAME = "eobus"
 MAX_LINKS = 128
-"""Links one ``send`` span keeps to the ``create`` spans of the copies it signals (a Durable
-fan-out's batch signals 16; a record of thousands of copies keeps the first 128)."""
+"""Links one ``send`` or ``receive`` span keeps to the creation spans of the copies it moves
+(a Durable fan-out's batch signals 16; a record of thousands of copies keeps the first 128)."""
 Attributes = Mapping[str, str | int]
 
 
@@ -99,16 +99,10 @@ class Telemetry:
         """Signals sent for copies made earlier (after a commit, by a Durable activity, for a
         batch send): a CLIENT ``send`` span linked to the copies' ``create`` spans."""
         destinations = sorted({e.destination for e in envelopes})
-        links: list[Link] = []
-        seen: set[int] = set()
-        for envelope in envelopes:
-            link = link_to(envelope.headers) if len(links) < MAX_LINKS else None
-            if link is not None and link.context.span_id not in seen:
-                seen.add(link.context.span_id)
-                links.append(link)
         destination = destinations[0] if len(destinations) == 1 else ""
         return self._operation("send", sc.SEND, destination, kind=SpanKind.CLIENT,
-                               attributes={sc.BATCH_COUNT: len(envelopes)}, links=links)
+                               attributes={sc.BATCH_COUNT: len(envelopes)},
+                               links=_links(envelopes))
 
     def signalled(self, destination: str, copies: int) -> None:
         """Count copies put on ``destination``'s queue (``messaging.client.sent.messages``)."""
@@ -117,17 +111,21 @@ class Telemetry:
                                        sc.DESTINATION: destination})
 
     # -- consuming -------------------------------------------------------------------------
-    def received(self, endpoint: str, messages: int, started_ns: int) -> None:
+    def received(self, endpoint: str, messages: int, started_ns: int,
+                 envelopes: Sequence[Envelope] = ()) -> None:
         """A polling host's lease of a batch from ``endpoint``'s queue that began at
         ``started_ns`` (``time.time_ns``):
         a CLIENT ``receive`` span, made afterwards and only when it leased messages - an
-        idle host polls every few seconds, and a span per empty poll is noise that costs."""
+        idle host polls every few seconds, and a span per empty poll is noise that costs.
+        ``envelopes``: the copies taken, when the receiver is their consumer (a Spark read):
+        the span links to their ``create`` spans."""
         if not messages:
             return
         attributes = {sc.MESSAGING_SYSTEM: sc.SYSTEM, sc.OPERATION_NAME: "receive",
                       sc.DESTINATION: endpoint}
         span = self.tracer.start_span(
             f"receive {endpoint}", kind=SpanKind.CLIENT, start_time=started_ns,
+            links=_links(envelopes),
             attributes={**attributes, sc.OPERATION_TYPE: sc.RECEIVE, sc.BATCH_COUNT: messages})
         span.end()
         self.metrics.operation_duration.record((time.time_ns() - started_ns) / 1e9, attributes)
@@ -206,3 +204,17 @@ class Telemetry:
                 if error is not None:
                     common[sc.ERROR_TYPE] = error
                 self.metrics.operation_duration.record(time.perf_counter() - started, common)
+
+
+def _links(envelopes: Sequence[Envelope]) -> list[Link]:
+    """Links to the creation spans the copies name, each once, at most ``MAX_LINKS``."""
+    links: list[Link] = []
+    seen: set[int] = set()
+    for envelope in envelopes:
+        if len(links) >= MAX_LINKS:
+            break
+        link = link_to(envelope.headers)
+        if link is not None and link.context.span_id not in seen:
+            seen.add(link.context.span_id)
+            links.append(link)
+    return links

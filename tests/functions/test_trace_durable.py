@@ -1,6 +1,8 @@
-"""One trace through the Durable fan-out: the orchestration's activities send the handed-off
-record's signals in the trace of the handler run that committed it (trace_probe.py runs the
-real worker and Durable SDK with a global OpenTelemetry SDK, in a process of its own)."""
+"""The Functions path's spans, through Microsoft's worker and the Durable SDK (trace_probe.py,
+with a global OpenTelemetry SDK, in a process of its own): the queue trigger's process span
+parented on the invocation's trace context and linked to the client's send; the Durable
+fan-out's activities sending the handed-off record's signals in that trace; the Azure SDK's
+own spans under the subscribers' process spans."""
 
 from __future__ import annotations
 

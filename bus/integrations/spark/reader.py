@@ -32,6 +32,7 @@ import base64
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -112,12 +113,16 @@ class Drainer:
             self._resettle([values for _, values in rows])
         count = len(rows)
         while count < limit:
+            started = time.time_ns()
             received = self._staging.retried(self._bus.storage.queues.receive, self._queue,
                                max_messages=min(32, limit - count), lease=self._lease)
             if not received:
                 break
             self.received += len(received)
             taken, extra = self._sort(parts(received), seen)
+            # Linked to each taken message's creation: a trace reaches the Spark read.
+            self._bus.telemetry.received(self.endpoint, len(received), started,
+                                         [t.envelope for t in taken])
             cut = (limit if most is None else max(limit, most)) - count
             taken, later = taken[:cut], taken[cut:]
             early = settle and not self._bus.safeguards.stage_before_settle  # a break
