@@ -31,6 +31,7 @@ class Recorded:
     exporter: InMemorySpanExporter
     reader: InMemoryMetricReader
     telemetry: Telemetry
+    meter_provider: MeterProvider
 
     def spans(self) -> list[ReadableSpan]:
         return list(self.exporter.get_finished_spans())
@@ -64,7 +65,7 @@ def recorded() -> Iterator[Recorded]:
     reader = InMemoryMetricReader()
     meter_provider = MeterProvider(metric_readers=[reader])
     yield Recorded(exporter, reader, Telemetry(tracer_provider=tracer_provider,
-                                               meter_provider=meter_provider))
+                                               meter_provider=meter_provider), meter_provider)
     tracer_provider.shutdown()
     meter_provider.shutdown()
 
@@ -237,6 +238,10 @@ def test_a_poisoned_message_s_span_carries_error_type(storage: Storage, prefix: 
         by_outcome[key] = by_outcome.get(key, 0) + 1
         if "error.type" in span.attributes:
             assert span.status.status_code is StatusCode.ERROR
+        if span.attributes.get("error.type") == "KeyError":  # the handler's exception, recorded
+            [event] = span.events
+            assert event.attributes is not None
+            assert event.attributes["exception.type"] == "KeyError"
     assert by_outcome == {("poisoned", "bus.retry.Reject"): 1,
                           ("retry", "KeyError"): 1, ("poisoned", "KeyError"): 1,
                           ("poisoned", "eobus.invalid_message"): 1}
@@ -377,20 +382,26 @@ def test_queue_depth_is_read_once_per_interval(storage: Storage, prefix: str,
     for order in range(3):
         bus.send(PlaceOrder(order_id=f"o{order}", amount=5))
     workers = [Worker(bus, "orders"), Worker(bus, "orders"), Worker(bus, "billing")]
+    # Another bus of the process, reporting to the same provider, with a queue of its own.
+    other = Bus(counted, [Endpoint("audit")], prefix=prefix + "x",
+                telemetry=Telemetry(meter_provider=recorded.meter_provider))
+    other.provision()
+    other.clock = lambda: now[0]
+    workers.append(Worker(other, "audit"))
     counter.reset()
 
     def depths() -> dict[object, object]:
         return {a["messaging.destination.name"]: v
                 for a, v in recorded.points("eobus.queue.depth")}
 
-    assert depths() == {"orders": 3, "billing": 0}
-    assert depths() == {"orders": 3, "billing": 0}  # the same readings again
-    assert counter.snapshot() == {("queue", "depth"): 2}  # one per queue, not per worker
+    assert depths() == {"orders": 3, "billing": 0, "audit": 0}
+    assert depths() == {"orders": 3, "billing": 0, "audit": 0}  # the same readings again
+    assert counter.snapshot() == {("queue", "depth"): 3}  # one per queue, not per worker
     workers[0].poll_once()
     assert depths()["orders"] == 3  # within the interval: the last reading
     now[0] += 60
     assert depths()["orders"] == 0
-    assert counter.snapshot()[("queue", "depth")] == 4
+    assert counter.snapshot()[("queue", "depth")] == 6
     del workers
 
 

@@ -1,7 +1,7 @@
 """``eobus.queue.depth``: each hosted endpoint's queue length, read rarely.
 
 Monitoring that reads storage costs requests and, read too often, throttles the account it
-watches. One gauge per ``Telemetry``; hosts register the queues they serve (``QueueDepths``).
+watches. One gauge per meter provider; hosts register the queues they serve (``QueueDepths``).
 On each collection the gauge reads a queue's length (one request) only when its last reading
 is older than the host's interval (``Settings.queue_depth_seconds``), and otherwise reports that
 reading: one request per queue per interval, whatever the collection interval and however
@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from opentelemetry.metrics import CallbackOptions, Meter, Observation
+from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
 
 from bus.observability import conventions as sc
 from bus.storage import Queues, StorageError
@@ -39,6 +39,27 @@ class QueueDepths:
 class _Reading:
     depth: int
     at: float
+
+
+_lock = threading.Lock()
+_global: dict[str, DepthGauge] = {}
+_by_provider: weakref.WeakKeyDictionary[MeterProvider, DepthGauge] = (
+    weakref.WeakKeyDictionary())
+
+
+def depth_gauge(meter: Meter, provider: MeterProvider | None) -> DepthGauge:
+    """The one gauge of ``provider`` (None: the global one). An instrument is created once per
+    provider - a second ``create_observable_gauge`` of the same name returns the first and
+    drops its callbacks - so every bus of a process reporting to one provider shares it."""
+    with _lock:
+        if provider is None:
+            if "global" not in _global:
+                _global["global"] = DepthGauge(meter)
+            return _global["global"]
+        gauge = _by_provider.get(provider)
+        if gauge is None:
+            gauge = _by_provider[provider] = DepthGauge(meter)
+        return gauge
 
 
 @dataclass

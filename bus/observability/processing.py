@@ -27,12 +27,16 @@ _current: ContextVar[Processing | None] = ContextVar("eobus_processing", default
 _FAILED = {"poisoned", "expired", sc.RETRY, sc.ERROR}
 
 
-def note_error(kind: str) -> None:
+def note_error(kind: str, exc: BaseException | None = None) -> None:
     """Say why the signal being processed failed (``error.type``): called where the bus
-    poisons it, which knows the reason's kind. Nothing happens outside a process span."""
+    poisons it, which knows the reason's kind - and, for a handler's failure, its exception
+    (recorded on the span). Nothing happens outside a process span."""
     processing = _current.get()
-    if processing is not None and processing.error_type is None:
-        processing.error_type = kind
+    if processing is None or processing.error_type is not None:
+        return
+    processing.error_type = kind
+    if exc is not None and processing.span.is_recording():
+        processing.span.record_exception(exc)
 
 
 @dataclass
@@ -92,8 +96,8 @@ class Processing:
             if self.error_type is not None:
                 span.set_attribute(sc.ERROR_TYPE, self.error_type)
                 span.set_status(Status(StatusCode.ERROR, outcome))
-            if exc is not None:
-                span.record_exception(exc)
+            if exc is not None and outcome == sc.RETRY:  # the handler's: not a storage error,
+                span.record_exception(exc.__cause__ or exc)  # whose text can hold a URL
         span.end()
 
 

@@ -14,7 +14,7 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, Tracer
 
 from bus.envelope import HEADER_VALUE_CHARS, MAX_HEADERS, Envelope
 from bus.observability import conventions as sc
-from bus.observability.depth import DepthGauge, QueueDepths
+from bus.observability.depth import QueueDepths, depth_gauge
 from bus.observability.metrics import Instruments
 from bus.observability.processing import Processing, process_attributes
 from bus.observability.propagation import extract, inject, link_to
@@ -46,7 +46,7 @@ class Telemetry:
         self.tracer = trace.get_tracer(_NAME, version, tracer_provider)
         meter = metrics.get_meter(_NAME, version, meter_provider)
         self.metrics = Instruments(meter)
-        self._depths = DepthGauge(meter)
+        self._depths = depth_gauge(meter, meter_provider)
 
     def watch_depths(self, depths: QueueDepths) -> None:
         """Report the queue lengths of the endpoints a host serves (``eobus.queue.depth``)

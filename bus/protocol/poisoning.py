@@ -101,7 +101,7 @@ class Poisoning:
     def failed(self, body: str, envelope: Envelope, exc: Exception, dequeue_count: int,
                ack: Callable[[], None]) -> Outcome:
         """A handler that raised on the last delivery allowed, or rejected the message."""
-        note_error(sc.error_type(exc))
+        note_error(sc.error_type(exc), exc)
         reason = (f"rejected: {exc}" if isinstance(exc, Reject)
                   else f"handler failed {dequeue_count} times (max delivery count)")
         self._poison.put(body, reason=reason, dequeue_count=dequeue_count, now=self._clock(),
