@@ -99,3 +99,30 @@ def test_the_worker_configures_azure_monitor_before_it_imports_the_app(
         {"connection_string": "InstrumentationKey=test", "logger_name": ""}]
     assert "configured by the Python worker" in app.CONFIGURED
     assert len(worker_telemetry.calls) == 1
+
+
+@pytest.fixture
+def function_app(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
+    import importlib
+
+    monkeypatch.setenv("AzureWebJobsStorage", "UseDevelopmentStorage=true")
+    monkeypatch.delenv("BUS_PROCESS_SPAN_PARENT", raising=False)
+    sys.modules.pop("function_app", None)
+    try:
+        yield importlib.import_module("function_app")
+    finally:
+        sys.modules.pop("function_app", None)
+
+
+@pytest.mark.skipif("process_span_parent" not in __import__("bus").Settings.model_fields,
+                    reason="Settings.process_span_parent is not on this branch yet")
+def test_the_sample_app_takes_the_process_span_parent_from_its_settings(
+        function_app: types.ModuleType) -> None:
+    from pydantic import ValidationError
+
+    assert function_app.settings({}).process_span_parent == "invocation"
+    assert function_app.settings({"BUS_PROCESS_SPAN_PARENT": "message"}
+                                 ).process_span_parent == "message"
+    with pytest.raises(ValidationError):
+        function_app.settings({"BUS_PROCESS_SPAN_PARENT": "sideways"})
+    assert function_app.bus_functions.bus.settings.process_span_parent == "invocation"

@@ -23,14 +23,11 @@ exporter is a development tool (requirements-dev.txt).
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
-
-log = logging.getLogger(__name__)
 
 TRACE_DIR = "BUS_TRACE_DIR"
 CONNECTION_STRING = "APPLICATIONINSIGHTS_CONNECTION_STRING"
@@ -68,7 +65,7 @@ def service_name(environ: Mapping[str, str]) -> str:
 
 def configure_telemetry(environ: Mapping[str, str] | None = None) -> str:
     """Install what the settings ask for (module docstring); returns what it did, in a line
-    for the log. Idempotent enough for an app imported twice: a provider already installed
+    for the caller's log. Idempotent enough for an app imported twice: a provider already installed
     by someone else is extended or left alone, never replaced."""
     env: Mapping[str, str] = os.environ if environ is None else environ
     done: list[str] = []
@@ -83,9 +80,7 @@ def configure_telemetry(environ: Mapping[str, str] | None = None) -> str:
     if trace_dir:
         directory = Path(trace_dir).resolve()
         done.append(_once(f"files:{directory}", lambda: _files(directory, service_name(env))))
-    description = "; ".join(done) or "OpenTelemetry: no exporter (the API's no-op)"
-    log.info("telemetry: %s", description)
-    return description
+    return "; ".join(done) or "OpenTelemetry: no exporter (the API's no-op)"
 
 
 def _once(key: str, configure: Callable[[], str]) -> str:
