@@ -269,7 +269,7 @@ def draw(drawn: Sequence[Row], out: Path, title: str) -> None:
     handles = [Patch(color=COLOURS[k], label=k) for k in kinds]
     handles.append(Patch(facecolor="white", edgecolor="#555555", linestyle="--",
                          label="link (dashed)"))
-    ax.legend(handles=handles, loc="lower right", fontsize=8)
+    ax.legend(handles=handles, loc="upper right", fontsize=8)  # early spans sit left, late low
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
