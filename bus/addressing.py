@@ -16,6 +16,7 @@ from bus.errors import RoutingError
 from bus.ids import IdFactory
 from bus.messages import Command, Event, Message, topic_of
 from bus.naming import check_endpoint
+from bus.observability import Telemetry
 from bus.protocol.topics import Topics
 from bus.serialization import Serializer
 
@@ -30,8 +31,10 @@ class Addressing:
                  serializer: Serializer, new_id: IdFactory, clock: Callable[[], float],
                  known: Collection[str] | None = None,
                  seal: Callable[[Envelope], Envelope] = lambda e: e,
-                 session_of: SessionOf | None = None) -> None:
+                 session_of: SessionOf | None = None,
+                 telemetry: Telemetry | None = None) -> None:
         self.source = source
+        self.telemetry = telemetry or Telemetry()
         self._routes = routes
         self._session_of = session_of
         self._known = known
@@ -57,6 +60,8 @@ class Addressing:
         data = self._serializer.dumps(message)
         text, encoding = payload_text(data, self._serializer.text)
         now = self._clock()
+        headers = dict(headers or {})
+        self.telemetry.inject(headers)  # before sealing: the signature covers the headers
         sent_at = datetime.fromtimestamp(now, tz=timezone.utc)
         not_before = datetime.fromtimestamp(now + delay, tz=timezone.utc) if delay else None
         expires_at = _expiry(now + delay, ttl)
@@ -65,12 +70,19 @@ class Addressing:
                 message_id=message_id, attempt_id=self._new_id(), kind=message.message_kind,
                 message_type=message.message_type, source=self.source, destination=destination,
                 topic=topic, correlation_id=correlation_id, causation_id=causation_id,
-                headers=dict(headers or {}), sent_at=sent_at,
+                headers=dict(headers), sent_at=sent_at,
                 content_type=self._serializer.content_type, payload=text,
                 payload_encoding=encoding, not_before=not_before, expires_at=expires_at,
                 **self._numbering(destination, message, sequencer)))
             for destination in destinations
         ]
+
+    def destination_name(self, message: Message, to: str | None) -> str:
+        """Where ``message`` goes, for a span's name: its topic, or the endpoint it is sent
+        or routed to (empty when it has none: sending it then fails)."""
+        if isinstance(message, Event):
+            return topic_of(type(message))
+        return to or self._routes.get(message.message_type, "")
 
     def _numbering(self, destination: str, message: Message,
                    sequencer: Sequencer | None) -> dict[str, object]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -14,9 +15,10 @@ from bus.endpoint import Endpoint, check_middleware
 from bus.envelope import Envelope
 from bus.errors import ConfigurationError, NotProvisioned, SendFailed, StateError
 from bus.hosting.retry import transient_retries
-from bus.messages import Command, Event, Message, require_command, require_event
+from bus.messages import Command, Event, Message, require_command, require_event, topic_of
 from bus.middleware import Middleware, Outgoing, SendNext, sending_chain
 from bus.naming import Names
+from bus.observability import Telemetry
 from bus.protocol.admission import Admission
 from bus.protocol.backpressure import Room
 from bus.protocol.counters import Counters
@@ -46,6 +48,7 @@ from bus.seams import Seams
 from bus.serialization import JsonSerializer, Serializer
 from bus.settings import Settings
 from bus.storage import Entity, EntityValue, Missing, NotFound, Storage
+from bus.storage.observed import observed_storage
 from bus.topology import Readers, Topology
 
 _PAUSE_KEY = ("~bus", "~pause")  # a row key users cannot write (state keys never start with ~)
@@ -63,7 +66,9 @@ class Bus:
     ``middleware`` runs around every handler and every send, outside each endpoint's own
     (``bus.middleware``). ``max_queue_depths`` bounds the queues of endpoints this app sends to
     but does not define (an endpoint's own ``max_queue_depth`` wins). ``readers``: endpoints
-    hosted elsewhere (Spark jobs) and the topics each subscribes to (``bus.topology``). The
+    hosted elsewhere (Spark jobs) and the topics each subscribes to (``bus.topology``).
+    ``telemetry``: where spans and metrics go (``bus.observability``; by default the global
+    OpenTelemetry providers, no-ops unless an SDK is installed). The
     simulation and tests
     that move time build a bus with other seams (clock, ids, sleeps, safeguards) through
     ``bus.testing.seamed_bus``.
@@ -74,24 +79,30 @@ class Bus:
                  settings: Settings | None = None, serializer: Serializer | None = None,
                  middleware: Sequence[Middleware] = (),
                  max_queue_depths: Mapping[str, int] | None = None,
-                 readers: Readers | None = None) -> None:
+                 readers: Readers | None = None, telemetry: Telemetry | None = None) -> None:
         self._assemble(storage, endpoints, prefix=prefix, routes=routes, settings=settings,
                        serializer=serializer, middleware=middleware,
-                       max_queue_depths=max_queue_depths, seams=Seams(), readers=readers)
+                       max_queue_depths=max_queue_depths, seams=Seams(), readers=readers,
+                       telemetry=telemetry)
 
     def _assemble(self, storage: Storage, endpoints: Sequence[Endpoint], *, prefix: str,
                   routes: Mapping[type[Message] | str, str] | None, settings: Settings | None,
                   serializer: Serializer | None, middleware: Sequence[Middleware],
                   max_queue_depths: Mapping[str, int] | None, seams: Seams,
-                  readers: Readers | None = None) -> None:
+                  readers: Readers | None = None, telemetry: Telemetry | None = None) -> None:
         """Wire the parts; ``seams`` are the real clock, ids and sleeps but in tests."""
         clock, new_id, sleep, gate = seams.clock, seams.new_id, seams.sleep, seams.gate
-        self.storage = storage
         self.middleware = check_middleware("Bus", middleware)
         self.names = Names(prefix)
         self.topology = Topology(endpoints, routes, readers)
         self.topology.check_names(self.names)
         depth_limits = self.topology.depth_limits(max_queue_depths or {})
+        self.storage = storage
+        """The storage as given (hosts lease and settle through it)."""
+        self.telemetry = telemetry or Telemetry()
+        # The protocol's own requests through a wrapper that times them (the storage
+        # duration metric); ``storage`` stays what the caller gave, extras and type included.
+        storage = self._storage = observed_storage(storage, self.telemetry)
         self.settings = settings or Settings()
         self.serializer: Serializer = serializer or JsonSerializer()
         self.clock = clock
@@ -108,6 +119,7 @@ class Bus:
             clock=clock, in_flight=self.settings.max_in_flight_sends,
             bundles=self.settings.signal_bundles,
             token_before_payload=self.safeguards.token_before_payload, sealer=self.sealer,
+            telemetry=self.telemetry,
             room=Room(queues=storage.queues, names=self.names, clock=clock,
                       limits=depth_limits,
                       ttl=self.settings.depth_check_seconds))
@@ -198,9 +210,23 @@ class Bus:
         def token_and_signal(out: Outgoing) -> None:
             self.sender.send(self._envelopes(out, correlation_id))
 
-        with _provisioned():
+        with _provisioned(), self._sending_span(outgoing, correlation_id):
             self._through_middleware(outgoing, token_and_signal)
         return outgoing.message_id
+
+    def _sending_span(self, out: Outgoing, correlation_id: str | None,
+                      ) -> contextlib.AbstractContextManager[object]:
+        """A client send's span: ``send <endpoint>`` for a command, ``publish <topic>`` for
+        an event; current while its copies are made, so they carry its context."""
+        message = out.message
+        if isinstance(message, Event):
+            operation, destination = "publish", topic_of(type(message))
+        else:
+            operation = "send"
+            destination = out.to or self.topology.routes.get(message.message_type, "")
+        return self.telemetry.sending(
+            operation, destination, message_id=out.message_id,
+            correlation_id=correlation_id or out.message_id, message_type=message.message_type)
 
     def send_many(self, messages: Iterable[Command | Event], *, max_in_flight: int = 8,
                   to: str | None = None) -> list[str]:
@@ -222,7 +248,9 @@ class Bus:
         errors: dict[int, Exception] = {}
         with ThreadPoolExecutor(max_workers=max_in_flight,
                                 thread_name_prefix="bus-send") as pool:
-            futures = {pool.submit(one, message): index for index, message in enumerate(batch)}
+            # Each send in the caller's context: its span is a child of the caller's.
+            futures = {pool.submit(contextvars.copy_context().run, one, message): index
+                       for index, message in enumerate(batch)}
             for future in as_completed(futures):
                 index = futures[future]
                 try:
@@ -283,7 +311,7 @@ class Bus:
                                          backoff(0.05, 2.0, self._random), self._sleep)
             recorded.append(bool(retrying(self.ledger.send, message_id, envelopes)))
 
-        with _provisioned():
+        with _provisioned(), self._sending_span(outgoing, correlation_id):
             self._through_middleware(outgoing, ledger)
         return bool(recorded and recorded[0])
 
@@ -317,16 +345,27 @@ class Bus:
                 target = to if isinstance(message, Command) else None
 
                 def collect(out: Outgoing, index: int = index) -> None:
-                    copies[index].extend(self._envelopes(out, None, numbered=False))
+                    with self._creating_span(out):
+                        copies[index].extend(self._envelopes(out, None, numbered=False))
 
                 self._through_middleware(
                     self._outgoing(message, message_id, target, headers, ttl=lifetime), collect)
             flat = [envelope for envelopes in copies for envelope in envelopes]
             retrying = transient_retries(self.settings.send_attempts,
                                          backoff(0.05, 2.0, self._random), self._sleep)
-            created = iter(retrying(self.marked.send, flat, origin))
+            with self.telemetry.signalling(flat):
+                created = iter(retrying(self.marked.send, flat, origin))
         return [any([next(created) for _ in envelopes]) if envelopes else None
                 for envelopes in copies]
+
+    def _creating_span(self, out: Outgoing) -> contextlib.AbstractContextManager[object]:
+        """One message of a batch send: its ``create`` span."""
+        message = out.message
+        destination = (topic_of(type(message)) if isinstance(message, Event)
+                       else out.to or self.topology.routes.get(message.message_type, ""))
+        return self.telemetry.creating(destination, message_id=out.message_id,
+                                       correlation_id=out.message_id,
+                                       message_type=message.message_type)
 
     def _envelopes(self, out: Outgoing, correlation_id: str | None, *,
                    numbered: bool = True) -> list[Envelope]:
@@ -353,12 +392,12 @@ class Bus:
                             safeguards=self.safeguards)
 
     def _outbox(self, endpoint: str) -> tuple[Outbox, Dispatcher]:
-        outbox = Outbox(self.storage.tables, self.names.state_table(endpoint))
+        outbox = Outbox(self._storage.tables, self.names.state_table(endpoint))
         return outbox, self._dispatcher(outbox)
 
     def _dispatcher(self, outbox: Outbox) -> Dispatcher:
         return Dispatcher(courier=self.courier, outbox=outbox, new_id=self.new_id,
-                          safeguards=self.safeguards)
+                          safeguards=self.safeguards, telemetry=self.telemetry)
 
     def _build_receiver(self, endpoint: Endpoint) -> Receiver:
         outbox, dispatcher = self._outbox(endpoint.name)
@@ -366,11 +405,11 @@ class Bus:
                               poison=self.poison_queue(endpoint.name), clock=self.clock)
         admission = Admission(
             endpoint=endpoint, inbox=self.inbox, payloads=self.payloads,
-            serializer=self.serializer, poisoning=poisoning, queues=self.storage.queues,
+            serializer=self.serializer, poisoning=poisoning, queues=self._storage.queues,
             queue=self.names.queue(endpoint.name), clock=self.clock, safeguards=self.safeguards,
             sealer=self.sealer)
         handling = Handling(
-            endpoint=endpoint, tables=self.storage.tables,
+            endpoint=endpoint, tables=self._storage.tables,
             state_table=self.names.state_table(endpoint.name),
             addressing=self.addressing(endpoint.name), inbox=self.inbox, outbox=outbox,
             poisoning=poisoning,
@@ -380,7 +419,9 @@ class Bus:
         return Receiver(
             admission=admission, handling=handling, poisoning=poisoning, inbox=self.inbox,
             outbox=outbox, payloads=self.payloads, dispatcher=dispatcher,
-            safeguards=self.safeguards, slots=SlotCache(self.settings.slot_cache_size))
+            safeguards=self.safeguards, slots=SlotCache(self.settings.slot_cache_size),
+            telemetry=self.telemetry,
+            parent_on_message=self.settings.process_span_parent == "message")
 
     def pipeline(self, endpoint: str) -> list[str]:
         """The stages one delivery at ``endpoint`` goes through, outermost first; the
@@ -394,7 +435,7 @@ class Bus:
         return Addressing(source=source, routes=self.topology.routes, topics=self.topics,
                           serializer=self.serializer, new_id=self.new_id, clock=self.clock,
                           known=self.topology.destinations, seal=self.sealer.seal,
-                          session_of=self._session_of)
+                          session_of=self._session_of, telemetry=self.telemetry)
 
     def _session_of(self, destination: str, message: Message) -> str | None:
         """The session key the destination's handler gives ``message`` (None when that
@@ -405,7 +446,7 @@ class Bus:
         if session is None:
             return None
         try:
-            return check_session(session(message), self.storage.tables.limits)
+            return check_session(session(message), self._storage.tables.limits)
         except StateError:
             raise
         except Exception as exc:
@@ -416,7 +457,7 @@ class Bus:
         """The sessions of ``endpoint``: list, show, skip a gap, close
         (``bus.protocol.session_admin``)."""
         ep = self.topology.endpoint(endpoint)
-        return Sessions(endpoint=ep.name, tables=self.storage.tables,
+        return Sessions(endpoint=ep.name, tables=self._storage.tables,
                         table=self.names.state_table(ep.name), outbox=self._outbox_of(ep.name),
                         courier=self.courier, clock=self.clock, window=ep.reorder_window,
                         skip_gaps=ep.skip_gaps)
@@ -425,7 +466,7 @@ class Bus:
         """The poison queue of ``endpoint``: list, replay (exactly once; an expired message
         with ``drop_expiry=True`` to have it handled after all), purge."""
         return DeadLetters(endpoint=self.topology.endpoint(endpoint).name, names=self.names,
-                           queues=self.storage.queues, inbox=self.inbox,
+                           queues=self._storage.queues, inbox=self.inbox,
                            payloads=self.payloads, clock=self.clock, new_id=self.new_id,
                            peek_lease=self.settings.peek_lease_seconds,
                            resign=self.sealer.resign)
@@ -434,12 +475,12 @@ class Bus:
         """One state row of ``endpoint``, as its handlers' last commit left it (None: no such
         row) - for reports, tools and tests; reads only. A handler reads its own partition
         through ``ctx.state`` instead: that read is part of its claim."""
-        check_key("partition key", partition, self.storage.tables.limits)
-        check_key("state key", key, self.storage.tables.limits)
+        check_key("partition key", partition, self._storage.tables.limits)
+        check_key("state key", key, self._storage.tables.limits)
         if key.startswith(RESERVED_PREFIX):
             raise StateError(f"state keys starting with {RESERVED_PREFIX!r} are reserved")
         try:
-            row = self.storage.tables.get(self.names.state_table(
+            row = self._storage.tables.get(self.names.state_table(
                 self.topology.endpoint(endpoint).name), partition, key)
         except NotFound:
             return None
@@ -455,17 +496,17 @@ class Bus:
         within their check interval, 5 s by default). Messages wait in the queue."""
         if seconds <= 0:
             raise ValueError("pause for a positive number of seconds (resume() ends a pause)")
-        self.storage.tables.replace(self._state_table_of(endpoint), Entity(
+        self._storage.tables.replace(self._state_table_of(endpoint), Entity(
             *_PAUSE_KEY, {"until": self.clock() + seconds, "reason": reason}))
 
     def resume(self, endpoint: str) -> None:
         """End a pause of ``endpoint`` (no-op when it is not paused)."""
-        self.storage.tables.delete(self._state_table_of(endpoint), *_PAUSE_KEY)
+        self._storage.tables.delete(self._state_table_of(endpoint), *_PAUSE_KEY)
 
     def paused(self, endpoint: str) -> Pause | None:
         """The current pause of ``endpoint``, if any (one read)."""
         try:
-            row = self.storage.tables.get(self._state_table_of(endpoint), *_PAUSE_KEY)
+            row = self._storage.tables.get(self._state_table_of(endpoint), *_PAUSE_KEY)
         except NotFound:
             return None
         until = row.properties.get("until")
@@ -478,11 +519,11 @@ class Bus:
 
     def _outbox_of(self, endpoint: str) -> Outbox:
         # Any endpoint under this prefix, also one another app defines (a token's origin).
-        return Outbox(self.storage.tables, self.names.state_table(endpoint))
+        return Outbox(self._storage.tables, self.names.state_table(endpoint))
 
     def poison_queue(self, endpoint: str) -> PoisonQueue:
-        return PoisonQueue(self.storage.queues, self.names.poison_queue(endpoint), endpoint,
-                           blobs=self.storage.blobs, container=self.payloads.container,
+        return PoisonQueue(self._storage.queues, self.names.poison_queue(endpoint), endpoint,
+                           blobs=self._storage.blobs, container=self.payloads.container,
                            new_id=self.new_id)
 
     # -- maintenance -----------------------------------------------------------------------

@@ -183,13 +183,19 @@ class Context:
         return message_id
 
     def _record(self, outgoing: Outgoing) -> None:
-        """The last sending stage: into this attempt's outbox record."""
-        self._outgoing.extend(self._addressing.envelopes(
-            outgoing.message, message_id=outgoing.message_id,
-            correlation_id=self.envelope.correlation_id, causation_id=self.envelope.message_id,
-            headers=outgoing.headers, to=outgoing.to, delay=outgoing.delay,
-            ttl=outgoing.ttl,
-            sequencer=self._numbering.next if self._numbering is not None else None))
+        """The last sending stage: into this attempt's outbox record - the message's
+        ``create`` span around it, whose context its copies carry."""
+        addressing = self._addressing
+        with addressing.telemetry.creating(
+                addressing.destination_name(outgoing.message, outgoing.to),
+                message_id=outgoing.message_id, correlation_id=self.envelope.correlation_id,
+                message_type=outgoing.message.message_type):
+            self._outgoing.extend(addressing.envelopes(
+                outgoing.message, message_id=outgoing.message_id,
+                correlation_id=self.envelope.correlation_id,
+                causation_id=self.envelope.message_id, headers=outgoing.headers, to=outgoing.to,
+                delay=outgoing.delay, ttl=outgoing.ttl,
+                sequencer=self._numbering.next if self._numbering is not None else None))
 
     def defer(self) -> None:
         """Set this message aside instead of consuming it: when the handler returns, its state

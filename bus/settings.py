@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from bus.encryption import Encryption
@@ -58,6 +60,16 @@ class Settings(BaseModel):
     peek_lease_seconds: float = Field(60.0, gt=0)
     """How long the dead-letter tools (and maintenance's adoption) lease the poison-queue
     entries they read: one they stop on comes back after this long."""
+    queue_depth_seconds: float = Field(60.0, gt=0)
+    """How often a host reads its queues' lengths for the ``eobus.queue.depth`` metric (one
+    request per queue; between reads the last one is reported)."""
+    process_span_parent: Literal["invocation", "message"] = "invocation"
+    """The parent of each signal's ``process`` span (``bus.observability``). ``invocation``:
+    the span current where the signal is received - a Functions invocation's - linked to the
+    span that created the message (OpenTelemetry's messaging conventions' default); a host
+    with no current span (the polling worker) parents it on the creation span. ``message``:
+    always the creation span, linked to the invocation: one trace from a client's send to the
+    last handler, in Application Insights' end-to-end view too."""
     client_name: str = "client"
     """The ``source`` of messages sent from outside any handler."""
     signing: Signing = Field(default_factory=Signing)

@@ -23,6 +23,7 @@ from bus.hosting.breaker import CircuitBreaker
 from bus.hosting.leases import LeaseKeeper
 from bus.hosting.retry import exponential_jitter
 from bus.hosting.settlement import Settlement
+from bus.observability.depth import QueueDepths
 from bus.storage import NotFound, QueueMessage, StorageError, Throttled, TransientError
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,9 @@ class Worker:
             bus, endpoint, self, in_process_tries=in_process_tries, sleep=sleep,
             wait=wait or exponential_jitter(),
             breaker=self.breaker)
+        self.depths = QueueDepths(bus.storage.queues, {endpoint: self.queue},
+                                  bus.settings.queue_depth_seconds, bus.clock)
+        bus.telemetry.watch_depths(self.depths)  # eobus.queue.depth while this worker lives
 
     poisons_at_max = False
     """The worker moves nothing to a poison queue on its own (``Host.poisons_at_max``)."""
@@ -80,8 +84,10 @@ class Worker:
         try:
             if self.breaker.paused_for() > 0:
                 return 0
+            started = time.time_ns()
             messages = self.bus.storage.queues.receive(
                 self.queue, max_messages=self.batch_size, lease=self.bus.settings.lease_seconds)
+            self.bus.telemetry.received(self.receiver.endpoint, len(messages), started)
         except Throttled as exc:
             self.breaker.throttled(exc)
             return 0
@@ -111,7 +117,8 @@ class Worker:
 
     def delete(self, message: QueueMessage) -> None:
         """Every part of ``message`` is settled (``Host.delete``)."""
-        with self._settling(message) as current:
+        with self._settling(message) as current, self.bus.telemetry.settling(
+                self.receiver.endpoint, "delete"):
             self._delete(current)
 
     def _delete(self, message: QueueMessage) -> None:
@@ -127,6 +134,7 @@ class Worker:
         """Make ``message`` visible again after ``delay`` (the retry policy's, for a handler
         failure) or ``retry_delay`` (storage trouble). If this fails too, the lease runs out
         on its own."""
-        with self._settling(message) as current, contextlib.suppress(StorageError):
+        with self._settling(message) as current, self.bus.telemetry.settling(
+                self.receiver.endpoint, "release"), contextlib.suppress(StorageError):
             self.bus.storage.queues.extend(
                 self.queue, current, lease=self.retry_delay if delay is None else delay)

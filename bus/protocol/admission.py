@@ -80,12 +80,25 @@ class Admission:
     def endpoint(self) -> str:
         return self._endpoint.name
 
-    def admit(self, item: Incoming) -> Admitted | Outcome:
-        """The admitted signal, or its outcome when it goes no further (acknowledged)."""
+    def now(self) -> float:
+        return self._clock()
+
+    @staticmethod
+    def decode(item: Incoming) -> Envelope | BadSignal:
+        """The signal's envelope, or why it has none (``admit`` poisons it)."""
         try:
-            envelope = decode_signal(item.body)
+            return decode_signal(item.body)
         except BadSignal as exc:
-            return self._poisoning.bad(item.body, None, str(exc), item.dequeue_count, item.ack)
+            return exc
+
+    def admit(self, item: Incoming, decoded: Envelope | BadSignal | None = None,
+              ) -> Admitted | Outcome:
+        """The admitted signal, or its outcome when it goes no further (acknowledged).
+        ``decoded``: what ``decode`` made of it, when the caller has it already."""
+        envelope = self.decode(item) if decoded is None else decoded
+        if isinstance(envelope, BadSignal):
+            return self._poisoning.bad(item.body, None, str(envelope), item.dequeue_count,
+                                       item.ack)
         forged = self._sealer.check(envelope)
         if forged is not None:
             return self._poisoning.unverified(item.body, envelope, forged, item.dequeue_count,

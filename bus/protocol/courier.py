@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from bus.envelope import Envelope, encode_bundle, encode_signal, fits_signal
 from bus.errors import QueueFull
 from bus.naming import Names
+from bus.observability import Telemetry
 from bus.protocol.backpressure import Room
 from bus.protocol.bundles import pack
 from bus.protocol.inbox import Inbox, Origin
@@ -28,8 +29,10 @@ class Courier:
     def __init__(self, *, queues: Queues, names: Names, inbox: Inbox, payloads: Payloads,
                  clock: Callable[[], float], room: Room | None = None,
                  in_flight: int = 32, bundles: bool = True,
-                 token_before_payload: bool = True, sealer: Sealer | None = None) -> None:
+                 token_before_payload: bool = True, sealer: Sealer | None = None,
+                 telemetry: Telemetry | None = None) -> None:
         self._queues = queues
+        self._telemetry = telemetry or Telemetry()
         self._names = names
         self.inbox = inbox
         self.payloads = payloads
@@ -131,6 +134,7 @@ class Courier:
             self._queues.send(self._names.queue(envelope.destination),
                               encode_signal(self.signal_form(envelope)),
                               delay=due_in(envelope, self._clock(), self._longest_delay))
+        self._telemetry.signalled(envelope.destination, 1)
 
     def signal_many(self, envelopes: Sequence[Envelope]) -> list[StorageError | None]:
         """``signal`` for several copies: those due now travel in bundles, one queue message
@@ -174,6 +178,7 @@ class Courier:
                 else base64.b64encode(texts[0].encode("utf-8")).decode("ascii"))
         with self._in_flight:
             self._queues.send(self._names.queue(destination), body)
+        self._telemetry.signalled(destination, len(texts))
         if len(texts) > 1:
             self.bundled += len(texts)
 
@@ -195,6 +200,7 @@ class Courier:
         """Send a signal body kept from earlier (a released deferral) as it was."""
         with self._in_flight:
             self._queues.send(self._names.queue(destination), body)
+        self._telemetry.signalled(destination, 1)
 
     def now(self) -> float:
         return self._clock()

@@ -7,8 +7,8 @@ and the hosts' settlement (``bus.hosting.settlement``).
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from bus.protocol.records import RecordKey
 from bus.protocol.verdict import Verdict
@@ -66,6 +66,9 @@ class Handoff:
     endpoint: str
     key: RecordKey
     copies: int
+    trace: Mapping[str, str] = field(default_factory=dict)
+    """The trace context of the process span that committed it (W3C headers): the
+    orchestration's sends belong to that trace."""
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
+from bus.envelope import Envelope
 from bus.errors import QueueFull
 from bus.ids import IdFactory
+from bus.observability import Telemetry
 from bus.protocol.courier import Courier
 from bus.protocol.deferral import release, set_aside
 from bus.protocol.inbox import Origin, finished
@@ -44,8 +46,9 @@ from bus.storage import StorageError
 
 class Dispatcher:
     def __init__(self, *, courier: Courier, outbox: Outbox, new_id: IdFactory,
-                 safeguards: Safeguards) -> None:
+                 safeguards: Safeguards, telemetry: Telemetry | None = None) -> None:
         self._courier = courier
+        self._telemetry = telemetry or Telemetry()
         self._outbox = outbox
         self._new_id = new_id
         self._safeguards = safeguards
@@ -96,7 +99,7 @@ class Dispatcher:
         """Step 4 for several records at once (their signals bundled per destination);
         returns those whose every signal was sent."""
         envelopes = [e for _, record in sending for e in record.outgoing]
-        problems = self._courier.signal_many(envelopes)
+        problems = self._signal_many(envelopes)
         sent: list[tuple[int, OutboxRecord]] = []
         for index, record in sending:
             mine, problems = problems[:len(record.outgoing)], problems[len(record.outgoing):]
@@ -214,10 +217,16 @@ class Dispatcher:
         """
         assert record.phase is Phase.SENDING or not record.outgoing
         chosen = range(len(record.outgoing)) if indexes is None else indexes
-        problem = _first_problem(
-            self._courier.signal_many([record.outgoing[i] for i in chosen]))
+        problem = _first_problem(self._signal_many([record.outgoing[i] for i in chosen]))
         if problem is not None:
             raise problem
+
+    def _signal_many(self, envelopes: list[Envelope]) -> list[StorageError | None]:
+        """Step 4's sends, in a ``send`` span linked to the copies' ``create`` spans."""
+        if not envelopes:
+            return []
+        with self._telemetry.signalling(envelopes):
+            return self._courier.signal_many(envelopes)
 
     def release_requested(self, record: OutboxRecord) -> None:
         """The deferred messages the handler released (idempotent: safe to repeat)."""

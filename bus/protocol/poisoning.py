@@ -14,6 +14,8 @@ import logging
 from collections.abc import Callable
 
 from bus.envelope import BadSignal, Envelope, decode_signal
+from bus.observability import conventions as sc
+from bus.observability import note_error
 from bus.protocol.delivery import Outcome, dropped, no_ack
 from bus.protocol.inbox import Inbox, Token
 from bus.protocol.poison import PoisonQueue
@@ -22,6 +24,10 @@ from bus.retry import Reject
 from bus.storage import StorageError
 
 log = logging.getLogger(__name__)
+
+# ``error.type`` of a process span that poisoned its signal for a reason of the bus's own (a
+# handler's failure is named by its exception's class).
+INVALID, UNVERIFIED, EXPIRED = "eobus.invalid_message", "eobus.bad_signature", "eobus.expired"
 
 
 class Poisoning:
@@ -45,6 +51,7 @@ class Poisoning:
             if found not in (Verdict.PROCESS, Verdict.CONSUMED):
                 ack()  # parked already, fenced (never really sent) or deferred
                 return dropped(found)
+        note_error(INVALID)
         self._put_and_park(body, envelope, reason, dequeue_count, token=token, ack=ack)
         return Outcome.POISONED
 
@@ -65,6 +72,7 @@ class Poisoning:
         if found is not Verdict.PROCESS:
             ack()
             return dropped(found)
+        note_error(EXPIRED)
         self._put_and_park(body, envelope, reason, dequeue_count, token=token, ack=ack)
         return Outcome.EXPIRED
 
@@ -83,6 +91,7 @@ class Poisoning:
         the reason, but the token it names is left alone - an unauthenticated signal must not
         park the token of a real copy (which then goes on to be processed). A replay after the
         keys are fixed finds the token live and re-sends the signal: processed once."""
+        note_error(UNVERIFIED)
         self._poison.put(body, reason=reason, dequeue_count=dequeue_count, now=self._clock(),
                          envelope=envelope)
         ack()
@@ -92,6 +101,7 @@ class Poisoning:
     def failed(self, body: str, envelope: Envelope, exc: Exception, dequeue_count: int,
                ack: Callable[[], None]) -> Outcome:
         """A handler that raised on the last delivery allowed, or rejected the message."""
+        note_error(sc.error_type(exc))
         reason = (f"rejected: {exc}" if isinstance(exc, Reject)
                   else f"handler failed {dequeue_count} times (max delivery count)")
         self._poison.put(body, reason=reason, dequeue_count=dequeue_count, now=self._clock(),

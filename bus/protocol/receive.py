@@ -33,12 +33,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 
+from bus.envelope import Envelope
 from bus.errors import Contention, UnreadableRecord
+from bus.observability import Processing, Telemetry
+from bus.observability import conventions as sc
 from bus.protocol.admission import Admission, Admitted
 from bus.protocol.delivery import (
     Delivery,
+    HandlerFailed,
     Handoff,
     Incoming,
     Outcome,
@@ -71,6 +76,7 @@ class _Claim:
     index: int
     decoded: Admitted
     item: Incoming
+    processing: Processing
     tries: int = 0
 
 
@@ -108,8 +114,12 @@ class Receiver:
 
     def __init__(self, *, admission: Admission, handling: Handling, poisoning: Poisoning,
                  inbox: Inbox, outbox: Outbox, payloads: Payloads, dispatcher: Dispatcher,
-                 safeguards: Safeguards, slots: SlotCache | None = None) -> None:
+                 safeguards: Safeguards, slots: SlotCache | None = None,
+                 telemetry: Telemetry | None = None, parent_on_message: bool = False) -> None:
+        """``parent_on_message``: ``Settings.process_span_parent`` is ``message``."""
         self.poisoning = poisoning
+        self._telemetry = telemetry or Telemetry()
+        self._parent_on_message = parent_on_message
         self._admission = admission
         self._handling = handling
         self._inbox = inbox
@@ -148,10 +158,30 @@ class Receiver:
         unfinished record, or loses its compare-and-swap, tries again in the next round.
         """
         results: dict[int, Delivery | Exception] = {}
-        waiting = self._admit_all(batch, results)
-        while waiting:
-            waiting = self._claim_round(waiting, results, inline_max)
+        processing: dict[int, Processing] = {}
+        try:
+            waiting = self._admit_all(batch, results, processing)
+            while waiting:
+                waiting = self._claim_round(waiting, results, inline_max)
+        finally:
+            self._finish_spans(processing, results)
         return [results[i] for i in range(len(batch))]
+
+    def _finish_spans(self, processing: dict[int, Processing],
+                      results: dict[int, Delivery | Exception]) -> None:
+        """End each signal's process span with its result; a record handed off carries
+        the span's context to the orchestration that dispatches it."""
+        now = self._admission.now()
+        for index, span in processing.items():
+            result = results.get(index)
+            if isinstance(result, Delivery):
+                if result.handoff is not None:
+                    results[index] = replace(result, handoff=replace(
+                        result.handoff, trace=span.carrier()))
+                span.finish(result.outcome.value, None, now)
+            else:
+                outcome = sc.RETRY if isinstance(result, HandlerFailed) else sc.ERROR
+                span.finish(outcome, result, now)
 
     def handle(self, body: str, dequeue_count: int,
                ack: Callable[[], None] = no_ack) -> Outcome:
@@ -161,20 +191,26 @@ class Receiver:
             raise result
         return result.outcome
 
-    def _admit_all(self, batch: Sequence[Incoming],
-                   results: dict[int, Delivery | Exception]) -> list[_Claim]:
-        """Steps 1-2 for each signal; returns those that go on to claim their partition."""
+    def _admit_all(self, batch: Sequence[Incoming], results: dict[int, Delivery | Exception],
+                   processing: dict[int, Processing]) -> list[_Claim]:
+        """Steps 1-2 for each signal, each in its process span (started once the signal is
+        decoded); returns those that go on to claim their partition."""
         waiting: list[_Claim] = []
         for index, item in enumerate(batch):
+            decoded = self._admission.decode(item)
+            span = processing[index] = self._telemetry.process(
+                self.endpoint, decoded if isinstance(decoded, Envelope) else None,
+                item.dequeue_count, parent_on_message=self._parent_on_message)
             try:
-                step = self._admission.admit(item)
+                with span.active():
+                    step = self._admission.admit(item, decoded)
             except Exception as exc:
                 results[index] = exc
                 continue
             if isinstance(step, Outcome):
                 results[index] = Delivery(step)
             else:
-                waiting.append(_Claim(index, step, item))
+                waiting.append(_Claim(index, step, item, span))
         return waiting
 
     def _claim_round(self, waiting: list[_Claim], results: dict[int, Delivery | Exception],
@@ -225,9 +261,11 @@ class Receiver:
         loaded: list[tuple[_Claim, Slot]] = []
         for claim in turn:
             try:
-                loaded.append((claim, self._slot(claim.decoded)))
+                with claim.processing.active():
+                    loaded.append((claim, self._slot(claim.decoded)))
             except UnreadableRecord as exc:
-                results[claim.index] = self._unreadable(claim, exc)
+                with claim.processing.active():
+                    results[claim.index] = self._unreadable(claim, exc)
             except Exception as exc:
                 results[claim.index] = exc
         return loaded
@@ -270,7 +308,8 @@ class Receiver:
         if outcome is not None:
             item.ack()
             return Delivery(outcome)
-        prepared = self._handling.run(d, slot, item, token)
+        with claim.processing.active():  # the handler's spans and logs are the signal's
+            prepared = self._handling.run(d, slot, item, token)
         if prepared is None:
             return Delivery(Outcome.POISONED)
         return _Ready(claim, slot, *prepared)
@@ -301,7 +340,8 @@ class Receiver:
         committed: list[tuple[_Ready, Slot]] = []
         for r in ready:
             try:
-                committed.append((r, self._commit(r.slot, r.operations, r.record)))
+                with r.claim.processing.active():
+                    committed.append((r, self._commit(r.slot, r.operations, r.record)))
             except ClaimLost:
                 again.append(r.claim)
             except Exception as exc:
@@ -321,8 +361,12 @@ class Receiver:
             else:
                 r.claim.item.ack()
                 results[r.claim.index] = Delivery(_processed(slot), handoff)
-        problems = self._dispatcher.complete_many([slot for _, slot in inline],
-                                                  committed_by_me=True)
+        # The sends are bundled across the round's records: under the first one's span,
+        # linked to every copy's create span.
+        first = inline[0][0].claim.processing.active() if inline else nullcontext()
+        with first:
+            problems = self._dispatcher.complete_many([slot for _, slot in inline],
+                                                      committed_by_me=True)
         for (r, slot), problem in zip(inline, problems, strict=True):
             if problem is None:
                 self._remember(slot, r.slot, r.operations)

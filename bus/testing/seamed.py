@@ -8,6 +8,7 @@ from bus.bus import Bus
 from bus.endpoint import Endpoint
 from bus.messages import Message
 from bus.middleware import Middleware
+from bus.observability import Telemetry
 from bus.seams import Seams
 from bus.serialization import Serializer
 from bus.settings import Settings
@@ -20,11 +21,12 @@ def seamed_bus(seams: Seams, storage: Storage, endpoints: Sequence[Endpoint] = (
                settings: Settings | None = None, serializer: Serializer | None = None,
                middleware: Sequence[Middleware] = (),
                max_queue_depths: Mapping[str, int] | None = None,
-               readers: Readers | None = None) -> Bus:
+               readers: Readers | None = None, telemetry: Telemetry | None = None) -> Bus:
     """``Bus(storage, endpoints, ...)`` whose clock, ids, sleeps and safeguards are ``seams``'s
     (for tests and the simulation: production never replaces them)."""
     bus = Bus.__new__(Bus)
     bus._assemble(storage, endpoints, prefix=prefix, routes=routes, settings=settings,
                   serializer=serializer, middleware=middleware,
-                  max_queue_depths=max_queue_depths, seams=seams, readers=readers)
+                  max_queue_depths=max_queue_depths, seams=seams, readers=readers,
+                  telemetry=telemetry)
     return bus

@@ -12,9 +12,9 @@ from bench.workload import HOP_FROM, Ping, hop_endpoints
 from bus import Bus
 from bus.hosting.worker import Worker
 from bus.storage import Blobs, Entity, NotFound, Queues, Storage, Tables
+from bus.storage.observed import ObservedBlobs, ObservedQueues, ObservedTables
 from bus.testing import InMemoryStorage, OpCounter, counting_storage
 from bus.testing.contract import StorageContract
-from bus.testing.counting import CountingBlobs, CountingQueues, CountingTables
 
 
 class TestCountingStorageKeepsTheContract(StorageContract):
@@ -28,8 +28,8 @@ def _members(protocol: type) -> set[str]:
             if not name.startswith("_")}
 
 
-@pytest.mark.parametrize(("port", "wrapper"), [(Queues, CountingQueues), (Blobs, CountingBlobs),
-                                               (Tables, CountingTables)])
+@pytest.mark.parametrize(("port", "wrapper"), [(Queues, ObservedQueues), (Blobs, ObservedBlobs),
+                                               (Tables, ObservedTables)])
 def test_every_port_method_is_wrapped(port: type, wrapper: type) -> None:
     # A port method the wrapper lacks would go uncounted (or fail): add it to counting.py.
     assert _members(port) <= _members(wrapper)

@@ -74,12 +74,16 @@ def test_durable_and_timer_functions(function_app: ModuleType) -> None:
 
 
 def test_signatures_match_bindings(function_app: ModuleType) -> None:
-    """The worker refuses a function whose parameters do not match its binding names, and a
-    queue trigger parameter annotated with anything but QueueMessage/str/bytes."""
+    """The worker refuses a function whose parameters do not match its binding names (but
+    for ``context``, the invocation's, annotated func.Context: azure_functions_runtime's
+    ``FunctionInfo.is_context_required``), and a queue trigger parameter annotated with
+    anything but QueueMessage/str/bytes."""
     for function in _functions(function_app.app):
         names = {json.loads(b)["name"] for b in function.get_raw_bindings()}
         parameters = inspect.signature(function.get_user_function()).parameters
-        assert set(parameters) == names, function.get_function_name()
+        assert set(parameters) - {"context"} == names - {"context"}, function.get_function_name()
+        if "context" in parameters and "context" not in names:
+            assert parameters["context"].annotation in (func.Context, "func.Context")
         trigger = function.get_trigger()
         if trigger.get_binding_name() == "queueTrigger":
             assert parameters["msg"].annotation in (func.QueueMessage, "func.QueueMessage")

@@ -27,6 +27,7 @@ from bus.hosting.functions.config import AppConfig
 from bus.hosting.functions.trigger import QueueTrigger
 from bus.hosting.maintenance import maintenance_pass
 from bus.messages import Message
+from bus.observability.depth import QueueDepths
 from bus.protocol.delivery import Handoff
 from bus.protocol.records import RecordKey
 from bus.settings import Settings
@@ -61,6 +62,9 @@ class OutboxJob(TypedDict, total=False):
     carried: such a job names its record by message id alone)."""
     generation: int
     indexes: list[int]
+    trace: dict[str, str]
+    """The trace context (W3C headers) of the process span that handed the record off: the
+    activities' sends belong to that trace."""
 
 
 def job_for(handoff: Handoff) -> OutboxJob:
@@ -68,13 +72,23 @@ def job_for(handoff: Handoff) -> OutboxJob:
     key = handoff.key
     return {"endpoint": handoff.endpoint, "partition": key.partition,
             "message_id": key.message_id, "attempt_id": key.attempt_id or "",
-            "generation": key.generation}
+            "generation": key.generation, "trace": dict(handoff.trace)}
 
 
 def record_key(job: OutboxJob) -> RecordKey:
     """Which record an activity acts on."""
     return RecordKey(job["partition"], job["message_id"], job.get("attempt_id") or None,
                      job.get("generation", 0))
+
+
+def invocation_trace(context: func.Context | None) -> dict[str, str]:
+    """The invocation's trace context as W3C headers (empty when the host sent none)."""
+    trace = getattr(context, "trace_context", None)
+    parent = getattr(trace, "trace_parent", "") or ""
+    if not parent:
+        return {}
+    state = getattr(trace, "trace_state", "") or ""
+    return {"traceparent": parent, **({"tracestate": state} if state else {})}
 
 
 def trigger_function_name(endpoint: str) -> str:
@@ -118,11 +132,16 @@ class BusFunctions(df.Blueprint):  # type: ignore[misc]
         threads = self.config.delivery_threads
         self.delivery_executor = (
             ThreadPoolExecutor(threads, thread_name_prefix="bus-delivery") if threads else None)
-        for name in self.config.hosted_endpoints(list(self.bus.topology.endpoints)):
+        hosted = self.config.hosted_endpoints(list(self.bus.topology.endpoints))
+        for name in hosted:
             if not self.bus.topology.endpoint(name).routes:
                 raise ConfigurationError(f"endpoint {name!r} has no handler: add one with "
                                          f"@{name}.handles(...) or leave it out")
             self._add_endpoint(name)
+        self.depths = QueueDepths(self.bus.storage.queues,
+                                  {name: self.bus.names.queue(name) for name in hosted},
+                                  settings.queue_depth_seconds, self.bus.clock)
+        self.bus.telemetry.watch_depths(self.depths)  # eobus.queue.depth
         self._add_outbox_orchestration()
         self._add_maintenance()
 
@@ -133,9 +152,11 @@ class BusFunctions(df.Blueprint):  # type: ignore[misc]
                                inline_dispatch_max=self.config.inline_dispatch_max)
         executor = self.delivery_executor
 
-        async def run(msg: func.QueueMessage, client: df.DurableOrchestrationClient) -> None:
+        async def run(msg: func.QueueMessage, client: df.DurableOrchestrationClient,
+                      context: func.Context) -> None:
             delivery = await asyncio.get_running_loop().run_in_executor(
-                executor, trigger.deliver, msg.get_body(), msg.dequeue_count or 1)
+                executor, trigger.deliver, msg.get_body(), msg.dequeue_count or 1,
+                invocation_trace(context))
             for handoff in delivery.handoffs:  # a bundle's signals may leave several
                 await start_dispatch(client, handoff)
 
@@ -163,14 +184,19 @@ class BusFunctions(df.Blueprint):  # type: ignore[misc]
             finished = yield context.call_activity_with_retry(FINISH, RETRY, job)
             return "dispatched" if finished else "finished elsewhere"
 
+        # Each activity in the trace of the handler run that committed the record.
         def bus_outbox_prepare(job: OutboxJob) -> int | None:
-            return bus.outbox_driver(job["endpoint"]).prepare(record_key(job))
+            with bus.telemetry.continued(job.get("trace")):
+                return bus.outbox_driver(job["endpoint"]).prepare(record_key(job))
 
         def bus_outbox_signal(job: OutboxJob) -> int:
-            return bus.outbox_driver(job["endpoint"]).signal(record_key(job), job["indexes"])
+            with bus.telemetry.continued(job.get("trace")):
+                return bus.outbox_driver(job["endpoint"]).signal(record_key(job),
+                                                                 job["indexes"])
 
         def bus_outbox_finish(job: OutboxJob) -> bool:
-            return bus.outbox_driver(job["endpoint"]).finish(record_key(job))
+            with bus.telemetry.continued(job.get("trace")):
+                return bus.outbox_driver(job["endpoint"]).finish(record_key(job))
 
         self.orchestration_trigger(context_name="context", orchestration=ORCHESTRATOR)(
             bus_outbox)

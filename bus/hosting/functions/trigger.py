@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from bus.bus import Bus
@@ -98,11 +98,20 @@ class QueueTrigger:
             inline_max=inline_dispatch_max, in_process_tries=in_process_tries, sleep=sleep,
             wait=wait)
 
-    def deliver(self, raw: bytes, dequeue_count: int) -> Delivery:
+    def deliver(self, raw: bytes, dequeue_count: int,
+                trace_context: Mapping[str, str] | None = None) -> Delivery:
         """Process one message body (already base64-decoded by the host).
+
+        ``trace_context``: the invocation's W3C ``traceparent`` (and ``tracestate``), the
+        parent of the process spans (``Settings.process_span_parent``). The worker runs a
+        function in a thread that does not carry it, so it is passed explicitly.
 
         Returns normally when the message may be deleted; raises to have it redelivered.
         """
+        with self.bus.telemetry.continued(trace_context):
+            return self._deliver(raw, dequeue_count)
+
+    def _deliver(self, raw: bytes, dequeue_count: int) -> Delivery:
         body = base64.b64encode(raw).decode("ascii")
         paused = self.breaker.paused_for()
         if paused > 0:

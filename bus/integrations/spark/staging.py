@@ -19,6 +19,7 @@ Every write here is an upsert or a delete, so a retried call or a re-run task is
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import random as _random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -49,8 +50,8 @@ def each(parallelism: int, call: Callable[[T], object], items: Iterable[T]) -> l
     pool to start, and the simulation's actors can only switch on their own thread)."""
     if parallelism <= 1:
         return [call(item) for item in items]
-    with ThreadPoolExecutor(parallelism) as pool:
-        return list(pool.map(call, items))
+    with ThreadPoolExecutor(parallelism) as pool:  # each call in the caller's trace context
+        return list(pool.map(lambda item: contextvars.copy_context().run(call, item), items))
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,8 @@ from bus.ids import BUS_NAMESPACE, random_id
 from bus.integrations.spark.options import OptionError, WriteOptions
 from bus.integrations.spark.staging import StagedRow, Staging, each
 from bus.messages import Command, Event, Message, topic_of
+from bus.observability import Telemetry
+from bus.observability.propagation import carrier
 from bus.storage import Storage
 
 log = logging.getLogger("bus.spark")
@@ -169,6 +171,8 @@ class JobWriter:
         self._clock = clock
         self._new_id = new_id
         self._random = random
+        self.trace = carrier()
+        """The driver's trace context where the job was made: the tasks' sends join it."""
 
     def staging(self, storage: Storage) -> Staging:
         return Staging(storage, self.options.connection.prefix, sleep=self._sleep,
@@ -200,11 +204,12 @@ class JobWriter:
         tally = _Tally()
         chunks = _chunks(self._messages(mapper, partition_id, rows, tally), CHUNK)
         parallelism = self.options.parallelism
-        while wave := list(islice(chunks, parallelism)):  # memory: a wave of chunks at a time
-            for sent in each(parallelism, lambda chunk: bus.send_once_many(
-                    chunk, to=self.options.destination, origin=self.job), wave):
-                assert isinstance(sent, list)
-                tally.count(sent)
+        with Telemetry.continued(self.trace):
+            while wave := list(islice(chunks, parallelism)):  # memory: a wave at a time
+                for sent in each(parallelism, lambda chunk: bus.send_once_many(
+                        chunk, to=self.options.destination, origin=self.job), wave):
+                    assert isinstance(sent, list)
+                    tally.count(sent)
         return PartReport(partition_id, tally.rows, tally.published, tally.already_sent,
                           tally.refused, tally.no_subscriber, tuple(tally.reasons))
 
