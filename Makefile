@@ -58,9 +58,12 @@ sim: $(BIN)/.installed
 	$(PY) -m bus.testing.simulate --runs $(SIM_RUNS) --seed 1 --progress
 
 # The main job: 1,000 orders through function_app.py on the local host and Azurite, checked.
+# DEMO_TRACES=dir: the client's and the app's spans and metrics to dir (OTLP JSON lines);
+# `python -m devhost.trace_picture dir` draws one order's trace.
 DEMO_ORDERS ?= 1000
+DEMO_TRACES ?=
 demo: setup
-	$(PY) -m devhost.demo --orders $(DEMO_ORDERS)
+	$(PY) -m devhost.demo --orders $(DEMO_ORDERS) $(if $(DEMO_TRACES),--traces $(DEMO_TRACES))
 
 # Benchmarks: each scenario on a fresh Azurite; the last line printed is JSON.
 # Full: 5.5-8.5 minutes, writes bench/results/latest.md; QUICK=1: about 3, bench/results/quick.md.

@@ -43,6 +43,9 @@ def main() -> int:
                         help="BUS_INLINE_DISPATCH_MAX for the run; 1 sends OrderPlaced (two "
                              "copies) through the Durable orchestration and OrderBilled inline")
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--traces", type=Path, metavar="DIR",
+                        help="export the client's and the app's spans and metrics to DIR "
+                             "(BUS_TRACE_DIR; python -m devhost.trace_picture DIR draws one)")
     args = parser.parse_args()
     with azurite() as connection:
         return Demo(args, connection).run()
@@ -54,8 +57,15 @@ class Demo:
         self.env = dict(os.environ, AzureWebJobsStorage=connection, BUS_PREFIX="",
                         BUS_INLINE_DISPATCH_MAX=str(args.inline_max),
                         BUS_DURABLE_HUB="BusDemo", AzureWebJobsScriptRoot=str(ROOT))
+        if args.traces is not None:
+            self.env["BUS_TRACE_DIR"] = str(_fresh_trace_dir(args.traces))
         os.environ.update(self.env)
         sys.path.insert(0, str(ROOT))
+        if args.traces is not None:  # before the app is imported: this process's own name
+            from bus.hosting.functions.telemetry import configure_telemetry
+
+            print("demo client telemetry:", configure_telemetry(
+                dict(self.env, OTEL_SERVICE_NAME="eobus-demo-client")), flush=True)
         import function_app  # the app reads its settings at import, like under the worker
         from bus.testing import with_duplicates
 
@@ -85,6 +95,8 @@ class Demo:
         finally:
             stats = self._stop_host(host)
         result = self._verify(orders, stats, time.monotonic() - started)
+        if self.args.traces is not None:
+            result.update(self._traces())
         self._summary(result)
         print(json.dumps(result), flush=True)
         good = result["lost"] == result["effects_applied_twice"] == result["wrong_balances"] == 0
@@ -203,6 +215,20 @@ class Demo:
             "seconds": round(seconds, 1),
         }
 
+    def _traces(self) -> dict[str, Any]:
+        """What was exported to the trace dir: the host wrote its spans when it stopped; this
+        process's are flushed here."""
+        from opentelemetry import trace
+
+        from devhost.trace_picture import load, summary
+
+        provider: Any = trace.get_tracer_provider()
+        if hasattr(provider, "force_flush"):
+            provider.force_flush()
+        spans, traces = summary(load(self.args.traces))
+        return {"trace_dir": str(self.args.traces), "spans_exported": spans,
+                "traces_exported": traces}
+
     def _summary(self, r: dict[str, Any]) -> None:
         ok = (r["lost"] == 0 and r["effects_applied_twice"] == 0 and r["wrong_balances"] == 0
               and r["functions_loaded"] == r["functions_defined"])
@@ -218,6 +244,24 @@ class Demo:
         print(f"Effects applied twice: {r['effects_applied_twice']}; lost: {r['lost']}; "
               f"wrong customer balances: {r['wrong_balances']}.  "
               f"{'EXACTLY ONCE' if ok else 'FAILED'}")
+        if "spans_exported" in r:
+            print(f"{r['spans_exported']} spans in {r['traces_exported']} traces exported to "
+                  f"{r['trace_dir']} (python -m devhost.trace_picture {r['trace_dir']} "
+                  "--out docs/img/order-trace.png draws one order).")
+
+
+def _fresh_trace_dir(directory: Path) -> Path:
+    """``directory``, made, without the span and metric files of an earlier run (the counts
+    and the picture are of this run)."""
+    directory = directory.resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    old = [*directory.glob("spans-*.jsonl"), *directory.glob("metrics-*.jsonl")]
+    for path in old:
+        path.unlink()
+    if old:
+        print(f"{directory}: {len(old)} span and metric files of an earlier run removed",
+              flush=True)
+    return directory
 
 
 def _patiently(call: Any, *args: Any) -> Any:

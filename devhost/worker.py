@@ -183,5 +183,8 @@ def _check(result: protos.StatusResult | None, what: str) -> None:
 
 
 def _traceparent() -> str:
-    """A W3C traceparent, as the host sends for every invocation (Activity.Current.Id)."""
-    return f"00-{uuid.uuid4().hex}-{uuid.uuid4().hex[:16]}-00"
+    """A W3C traceparent, as the host sends for every invocation (Activity.Current.Id): flags
+    ``01``, sampled, as the host's Activity is when its telemetry records it. With ``00`` a
+    parent-based sampler (the SDK's default) drops every span the app parents on the
+    invocation."""
+    return f"00-{uuid.uuid4().hex}-{uuid.uuid4().hex[:16]}-01"

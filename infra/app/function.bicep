@@ -97,6 +97,11 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
         { name: 'AZURE_CLIENT_ID', value: identityClientId }
         { name: 'APPLICATIONINSIGHTS_CONNECTION_STRING', value: applicationInsightsConnectionString }
         { name: 'APPLICATIONINSIGHTS_AUTHENTICATION_STRING', value: 'ClientId=${identityClientId};Authorization=AAD' }
+        // host.json telemetryMode is OpenTelemetry: the Python worker calls the Azure Monitor
+        // distro's configure_azure_monitor() itself, before it imports function_app.py
+        // (azure-functions-runtime otel.initialize_azure_monitor), so the app's spans, metrics
+        // and logs reach Application Insights correlated with the host's.
+        { name: 'PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY', value: 'true' }
         { name: 'BUS_PREFIX', value: busPrefix }
         { name: 'BUS_ENDPOINTS', value: busEndpoints }
         { name: 'BUS_INLINE_DISPATCH_MAX', value: string(inlineDispatchMax) }

@@ -393,3 +393,33 @@ def test_output_chains_end_at_the_right_property() -> None:
         assert modules(MAIN)[module][0] == path and output == module_output, name
         head, *rest = chain(parse(path)["outputs"][module_output]["value"])
         assert is_right(resources(path)[head]) and tuple(rest) == tail, name
+
+
+# -- telemetry: OpenTelemetry to Application Insights ---------------------------------------
+
+def test_the_app_sends_opentelemetry_to_application_insights() -> None:
+    """host.json's telemetryMode and the worker's switch, as Microsoft's "Use OpenTelemetry
+    with Azure Functions" sets them: the host exports OpenTelemetry, and the Python worker
+    (azure-functions-runtime) calls configure_azure_monitor() before it loads the app."""
+    assert host_json().get("telemetryMode") == "OpenTelemetry"
+    settings = app_settings(resources(FUNCTION)["functionApp"])
+    assert settings.get("PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY") == "true"
+    # The connection string: a parameter of the module, which main.bicep fills from the
+    # monitoring module's output, which is the Application Insights component's.
+    connection = settings.get("APPLICATIONINSIGHTS_CONNECTION_STRING")
+    assert connection == "applicationInsightsConnectionString" and is_ref(connection)
+    assert "applicationInsightsConnectionString" in declared_params(FUNCTION)
+    _, app = modules(MAIN)["functionApp"]
+    assert chain(app["applicationInsightsConnectionString"]) == (
+        "monitoring", "outputs", "connectionString")
+    output = parse(MONITORING)["outputs"]["connectionString"]
+    assert chain(output["value"]) == ("applicationInsights", "properties", "ConnectionString")
+    assert resources(MONITORING)["applicationInsights"].type == "Microsoft.Insights/components"
+
+
+def test_the_local_settings_sample_has_the_telemetry_settings_without_a_secret() -> None:
+    text = LOCAL_SETTINGS_SAMPLE.read_text()
+    local = json.loads(text)["Values"]  # plain JSON: no comments, which json refuses
+    assert local["PYTHON_APPLICATIONINSIGHTS_ENABLE_TELEMETRY"] == "true"
+    assert local["APPLICATIONINSIGHTS_CONNECTION_STRING"] == "", \
+        "the sample carries no connection string: each developer fills in their own"
