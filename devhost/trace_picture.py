@@ -244,8 +244,10 @@ def draw(drawn: Sequence[Row], out: Path, title: str) -> None:
         ax.barh(i, max(span.duration_ms, min_width), left=start, height=0.6,
                 color=COLOURS.get(span.kind, "#7f7f7f"),
                 edgecolor="#d62728" if span.error else "none", linewidth=1.5)
+        outcome = span.attributes.get("eobus.outcome")  # a process span's: processed, ...
         ax.text(start + max(span.duration_ms, min_width) + total_ms * 0.004, i,
-                f"{span.duration_ms:.1f} ms", va="center", fontsize=7)
+                f"{span.duration_ms:.1f} ms" + (f" · {outcome}" if outcome else ""),
+                va="center", fontsize=7)
     for i, row in enumerate(drawn):
         for link in row.span.links:
             j = index.get((link.trace_id, link.span_id))

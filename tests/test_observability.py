@@ -21,6 +21,7 @@ from bus import Bus, Command, Context, Endpoint, Reject, RetryPolicy, Settings
 from bus.envelope import MAX_HEADERS, decode_signal
 from bus.hosting.functions.trigger import QueueTrigger
 from bus.observability import Telemetry
+from bus.protocol.delivery import Delivery, Incoming
 from bus.storage import Storage
 from bus.testing import drain
 from tests.orderflow import PlaceOrder, build
@@ -445,3 +446,19 @@ def test_a_spark_write_job_carries_the_driver_s_trace_to_its_tasks(recorded: Rec
     assert (trace_id, span_id) == (f"{driver.get_span_context().trace_id:032x}",
                                    f"{driver.get_span_context().span_id:016x}")
     assert JobWriter(options).trace == {}  # no span on the driver: nothing to continue
+
+
+def test_an_earlier_record_completed_by_a_later_claim_is_under_its_span(
+        storage: Storage, prefix: str, recorded: Recorded) -> None:
+    bus = build(storage, prefix, telemetry=recorded.telemetry)
+    bus.send(PlaceOrder(order_id="o1", amount=5))
+    [first] = bus.storage.queues.receive(bus.names.queue("orders"), max_messages=1, lease=30)
+    [handed] = bus.receiver("orders").receive([Incoming(first.body, 1)], inline_max=0)
+    assert isinstance(handed, Delivery) and handed.handoff is not None  # left in the slot
+    later = bus.send(PlaceOrder(order_id="o1", amount=7))  # the same partition
+    drain(bus, ["orders"])  # its claim completes the first record, then handles its own
+    [second] = [s for s in recorded.named("process orders")
+                if s.attributes and s.attributes["messaging.message.id"] == later]
+    sends = [s for s in recorded.spans() if s.name == "send" and s.kind is SpanKind.CLIENT]
+    assert len(sends) == 2  # the first record's signals, then the second's
+    assert {_parent(s) for s in sends} == {second.context.span_id}

@@ -226,7 +226,8 @@ class Receiver:
             if claim.index in results:
                 continue  # the token read failed
             try:
-                step = self._check(claim, slot, tokens)
+                with claim.processing.active():  # the handler's spans and logs, and an
+                    step = self._check(claim, slot, tokens)  # earlier record's completion
             except ClaimLost:
                 self._slots.forget(slot.partition)
                 step = None
@@ -308,8 +309,7 @@ class Receiver:
         if outcome is not None:
             item.ack()
             return Delivery(outcome)
-        with claim.processing.active():  # the handler's spans and logs are the signal's
-            prepared = self._handling.run(d, slot, item, token)
+        prepared = self._handling.run(d, slot, item, token)
         if prepared is None:
             return Delivery(Outcome.POISONED)
         return _Ready(claim, slot, *prepared)
