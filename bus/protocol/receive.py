@@ -197,11 +197,11 @@ class Receiver:
         decoded); returns those that go on to claim their partition."""
         waiting: list[_Claim] = []
         for index, item in enumerate(batch):
-            decoded = self._admission.decode(item)
-            span = processing[index] = self._telemetry.process(
-                self.endpoint, decoded if isinstance(decoded, Envelope) else None,
-                item.dequeue_count, parent_on_message=self._parent_on_message)
             try:
+                decoded = self._admission.decode(item)
+                span = processing[index] = self._telemetry.process(
+                    self.endpoint, decoded if isinstance(decoded, Envelope) else None,
+                    item.dequeue_count, parent_on_message=self._parent_on_message)
                 with span.active():
                     step = self._admission.admit(item, decoded)
             except Exception as exc:
