@@ -78,11 +78,7 @@ class Addressing:
         ]
 
     def destination_name(self, message: Message, to: str | None) -> str:
-        """Where ``message`` goes, for a span's name: its topic, or the endpoint it is sent
-        or routed to (empty when it has none: sending it then fails)."""
-        if isinstance(message, Event):
-            return topic_of(type(message))
-        return to or self._routes.get(message.message_type, "")
+        return destination_name(message, to, self._routes)
 
     def _numbering(self, destination: str, message: Message,
                    sequencer: Sequencer | None) -> dict[str, object]:
@@ -114,6 +110,14 @@ class Addressing:
             topic = topic_of(type(message))
             return self._topics.subscribers(topic), topic
         raise TypeError(f"{type(message).__name__} is neither a Command nor an Event")
+
+
+def destination_name(message: Message, to: str | None, routes: Mapping[str, str]) -> str:
+    """Where ``message`` goes, for a span's name: its topic, or the endpoint it is sent or
+    routed to (empty when it has none: sending it then fails)."""
+    if isinstance(message, Event):
+        return topic_of(type(message))
+    return to or routes.get(message.message_type, "")
 
 
 def check_ttl(ttl: float | None) -> None:

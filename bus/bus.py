@@ -9,13 +9,13 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from datetime import timedelta
 
-from bus.addressing import Addressing
+from bus.addressing import Addressing, destination_name
 from bus.context import check_key, seconds, ttl_seconds
 from bus.endpoint import Endpoint, check_middleware
 from bus.envelope import Envelope
 from bus.errors import ConfigurationError, NotProvisioned, SendFailed, StateError
 from bus.hosting.retry import transient_retries
-from bus.messages import Command, Event, Message, require_command, require_event, topic_of
+from bus.messages import Command, Event, Message, require_command, require_event
 from bus.middleware import Middleware, Outgoing, SendNext, sending_chain
 from bus.naming import Names
 from bus.observability import Telemetry
@@ -219,13 +219,9 @@ class Bus:
         """A client send's span: ``send <endpoint>`` for a command, ``publish <topic>`` for
         an event; current while its copies are made, so they carry its context."""
         message = out.message
-        if isinstance(message, Event):
-            operation, destination = "publish", topic_of(type(message))
-        else:
-            operation = "send"
-            destination = out.to or self.topology.routes.get(message.message_type, "")
         return self.telemetry.sending(
-            operation, destination, message_id=out.message_id,
+            "publish" if isinstance(message, Event) else "send",
+            destination_name(message, out.to, self.topology.routes), message_id=out.message_id,
             correlation_id=correlation_id or out.message_id, message_type=message.message_type)
 
     def send_many(self, messages: Iterable[Command | Event], *, max_in_flight: int = 8,
@@ -361,8 +357,7 @@ class Bus:
     def _creating_span(self, out: Outgoing) -> contextlib.AbstractContextManager[object]:
         """One message of a batch send: its ``create`` span."""
         message = out.message
-        destination = (topic_of(type(message)) if isinstance(message, Event)
-                       else out.to or self.topology.routes.get(message.message_type, ""))
+        destination = destination_name(message, out.to, self.topology.routes)
         return self.telemetry.creating(destination, message_id=out.message_id,
                                        correlation_id=out.message_id,
                                        message_type=message.message_type)
