@@ -22,17 +22,10 @@ pytest.importorskip("opentelemetry.exporter.otlp.json.file")  # requirements-dev
 
 from bus.hosting.functions import telemetry
 from bus.hosting.functions.telemetry import configure_telemetry
+from tests.distro import FakeDistro
 
 ROOT = Path(__file__).resolve().parents[1]
 
-
-class FakeDistro(types.ModuleType):
-    def __init__(self) -> None:
-        super().__init__("azure.monitor.opentelemetry")
-        self.calls: list[dict[str, Any]] = []
-
-    def configure_azure_monitor(self, **kwargs: Any) -> None:
-        self.calls.append(kwargs)
 
 
 @pytest.fixture

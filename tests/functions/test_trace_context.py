@@ -11,7 +11,6 @@ import sys
 import types
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from opentelemetry import trace
@@ -19,6 +18,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from devhost.worker import Worker, _traceparent
+from tests.distro import FakeDistro
 
 TELEMETRY_APP = Path(__file__).resolve().parent / "telemetry_app"
 TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
@@ -47,16 +47,6 @@ def test_a_span_parented_on_the_invocation_is_recorded_by_a_parent_based_sampler
         assert f"{span.get_span_context().trace_id:032x}" == parent.split("-")[1]
         assert span.parent is not None and f"{span.parent.span_id:016x}" == parent.split("-")[2]
 
-
-class FakeDistro(types.ModuleType):
-    """``azure.monitor.opentelemetry`` with a configure_azure_monitor that only records."""
-
-    def __init__(self) -> None:
-        super().__init__("azure.monitor.opentelemetry")
-        self.calls: list[dict[str, Any]] = []
-
-    def configure_azure_monitor(self, **kwargs: Any) -> None:
-        self.calls.append(kwargs)
 
 
 @pytest.fixture
