@@ -1,6 +1,6 @@
 """``python -m bench``: run the scenarios, write the results file, print the JSON.
 
-    python -m bench                    # full run (5.5-8.5 minutes): bench/results/latest.md
+    python -m bench                    # full run (7-10.5 minutes): bench/results/latest.md
     python -m bench --quick            # about 3 minutes: bench/results/quick.md
     python -m bench --only raw,eo_hop  # some scenarios (the others report null)
     python -m bench --only spark --spark-rows 4000 --spark-runs 3   # Spark writes only
