@@ -1,10 +1,11 @@
 """``python -m bench``: run the scenarios, write the results file, print the JSON.
 
-    python -m bench                    # full run (5.5-8.5 minutes): bench/results/latest.md
+    python -m bench                    # full run (7-10.5 minutes): bench/results/latest.md
     python -m bench --quick            # about 3 minutes: bench/results/quick.md
     python -m bench --only raw,eo_hop  # some scenarios (the others report null)
     python -m bench --only spark --spark-rows 4000 --spark-runs 3   # Spark writes only
     python -m bench --only sessions --session-rounds 3   # ordered sessions vs unordered hop
+    python -m bench --only tracing --tracing-rounds 3    # the hop, tracing off vs SDK on
 
 The last line printed is the JSON summary. The exit code is 1 when any scenario failed (it
 reports null instead of a number), 0 otherwise.
@@ -48,6 +49,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--session-rounds", type=int,
                         help="rounds of the sessions scenario (unordered and session hop "
                              "alternating; default 2)")
+    parser.add_argument("--tracing-rounds", type=int,
+                        help="rounds of the tracing scenario (the hop with tracing off and "
+                             "on, alternating; default 3, quick 1)")
     parser.add_argument("--only", help=f"comma-separated subset of {','.join(SCENARIOS)}")
     parser.add_argument("--log", type=Path, help="write the bus's INFO log to this file "
                                                  "(to see why a scenario failed)")
@@ -63,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
                  "producers": args.producers, "latency_seconds": args.latency_seconds,
                  "spark_rows": args.spark_rows, "spark_runs": args.spark_runs,
                  "spark_cores": args.spark_cores, "sessions": args.sessions,
-                 "session_rounds": args.session_rounds}
+                 "session_rounds": args.session_rounds,
+                 "tracing_rounds": args.tracing_rounds}
     cfg = replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
     keys = list(SCENARIOS) if not args.only else [k.strip() for k in args.only.split(",")]
     unknown = set(keys) - set(SCENARIOS)

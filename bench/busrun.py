@@ -23,6 +23,7 @@ from bench.wire import WireCounter, counting_requests
 from bus import Bus, Endpoint
 from bus.adapters.azure import AzureStorage
 from bus.hosting.worker import Worker
+from bus.observability import Telemetry
 from bus.protocol.bundles import parts
 from bus.storage import QueueMessage, Queues, Storage
 from bus.testing.counting import OpCounter, counting_storage
@@ -87,17 +88,23 @@ class Installation:
 
 
 @contextlib.contextmanager
-def installation(endpoints: Sequence[Endpoint]) -> Iterator[Installation]:
-    """A fresh Azurite with ``endpoints`` provisioned; provisioning is not counted."""
+def installation(endpoints: Sequence[Endpoint],
+                 telemetry: Telemetry | None = None) -> Iterator[Installation]:
+    """A fresh Azurite with ``endpoints`` provisioned; provisioning is not counted.
+
+    ``telemetry`` goes to both buses, the endpoints' and the client's (one process, one
+    OpenTelemetry SDK); without it both use the global providers - no-ops unless an SDK was
+    installed globally, which the benchmark never does."""
     with azurite() as connection, counting_requests(connection) as wire:
         plain = AzureStorage.from_connection_string(connection)
         probe = AckProbe(plain.queues)
         storage, counter = counting_storage(Storage(queues=probe, blobs=plain.blobs,
                                             tables=plain.tables))
-        bus = Bus(storage, endpoints)
+        bus = Bus(storage, endpoints, telemetry=telemetry)
         bus.provision()
         counter.reset()
-        client = Bus(AzureStorage.from_connection_string(connection), endpoints)
+        client = Bus(AzureStorage.from_connection_string(connection), endpoints,
+                     telemetry=telemetry)
         yield Installation(bus, client, plain, counter, probe, wire)
 
 
@@ -185,11 +192,17 @@ def check_outcomes(scenario: str, outcomes: Counter[str],
         raise BenchError(f"{scenario}: unexpected outcomes {bad} (all: {dict(outcomes)})")
 
 
-def count_signals(queues: Queues, queue: str) -> tuple[int, int]:
+def count_signals(queues: Queues, queue: str,
+                  each: Callable[[str], None] | None = None) -> tuple[int, int]:
     """(queue messages, signals) waiting in ``queue``, a bundle counting as its signals. Leases
-    everything it counts (the benchmark's queues are thrown away afterwards)."""
+    everything it counts (the benchmark's queues are thrown away afterwards). ``each(body)``,
+    if given, is called with every signal's body."""
     messages = signals = 0
     while batch := queues.receive(queue, max_messages=32, lease=600):
         messages += len(batch)
-        signals += len(parts(batch))
+        found = parts(batch)
+        signals += len(found)
+        if each is not None:
+            for part in found:
+                each(part.body)
     return messages, signals

@@ -55,6 +55,11 @@ class BenchConfig:
     the session hop's partitions and the session hop, each on a fresh Azurite (alternating:
     every other round in reverse order). The quick run keeps one round (three runs of 10-20 s
     with an Azurite start each)."""
+    tracing_rounds: int = 3
+    """Rounds of the tracing scenario: each runs scenario 2 with tracing off and with an
+    OpenTelemetry SDK recording, each on a fresh Azurite (off first, then on first, ...).
+    An overhead of a few percent is smaller than the run-to-run noise here, so a full run
+    takes three pairs (six runs of 15-30 s); the quick run one."""
     timeout: float = 300.0
     """A scenario that has not finished by then fails instead of hanging."""
     quick: bool = False
@@ -65,4 +70,4 @@ class BenchConfig:
 
 FULL = BenchConfig()
 QUICK = replace(FULL, messages=400, latency_seconds=10.0, spark_rows=1000, spark_cores=(2,),
-                session_rounds=1, timeout=120.0, quick=True)
+                session_rounds=1, tracing_rounds=1, timeout=120.0, quick=True)

@@ -62,6 +62,7 @@ def summary(results: Mapping[str, ScenarioResult], prices: PriceTable,
         if "eo_hop" in results else (None, None)
     spark = _spark_keys(results.get("spark"))
     sessions = _session_keys(results.get("sessions"))
+    tracing = _tracing_keys(results.get("tracing"))
     out: dict[str, Any] = {
         "raw_hop_msgs_per_s": _round(raw, 1),
         "eo_hop_msgs_per_s": _round(eo, 1),
@@ -83,6 +84,7 @@ def summary(results: Mapping[str, ScenarioResult], prices: PriceTable,
         if ops_raw is not None else None,
         **spark,
         **sessions,
+        **tracing,
         "quick": cfg.quick,
         "messages": cfg.messages,
         "concurrency": cfg.concurrency,
@@ -144,6 +146,37 @@ def _session_keys(result: ScenarioResult | None) -> dict[str, Any]:
         "sessions_same_partitions_msgs_per_s": _round(same["msgs_per_s"], 1),
         "sessions_to_same_partitions_ratio": _round(s["ratio_to_same_partitions"], 3),
         "sessions_same_partitions_ops_per_msg": _round(same["ops_per_msg"], 2),
+    }
+
+
+TRACING_KEYS = ("tracing_off_msgs_per_s", "tracing_on_msgs_per_s", "tracing_on_to_off_ratio",
+                "tracing_on_to_off_ratios", "tracing_python_cpu_ms_per_msg_off",
+                "tracing_python_cpu_ms_per_msg_on", "tracing_cpu_on_to_off_ratio",
+                "tracing_spans_per_msg", "tracing_spans_dropped", "tracing_off_traced_pongs",
+                "tracing_messages")
+"""The tracing scenario's keys of the JSON line: msgs/s of the exactly-once hop with tracing off
+and with an SDK recording (medians), the median of the rounds' ratios (on over off) and each
+round's, Python CPU per message of each (medians) and the median of the rounds' ratios, spans
+the SDK recorded per message, spans its processor dropped, the off runs' Pongs that carried a
+trace context (0: nothing recorded), and the messages of each variant's runs."""
+
+
+def _tracing_keys(result: ScenarioResult | None) -> dict[str, Any]:
+    if result is None:
+        return dict.fromkeys(TRACING_KEYS)
+    s: dict[str, Any] = result.extra["tracing_summary"]
+    return {
+        "tracing_off_msgs_per_s": _round(s["off"]["msgs_per_s"], 1),
+        "tracing_on_msgs_per_s": _round(s["on"]["msgs_per_s"], 1),
+        "tracing_on_to_off_ratio": _round(s["ratio"], 3),
+        "tracing_on_to_off_ratios": [round(r, 3) for r in s["ratios"]],
+        "tracing_python_cpu_ms_per_msg_off": _round(s["off"]["python_ms_per_msg"], 2),
+        "tracing_python_cpu_ms_per_msg_on": _round(s["on"]["python_ms_per_msg"], 2),
+        "tracing_cpu_on_to_off_ratio": _round(s["cpu_ratio"], 3),
+        "tracing_spans_per_msg": _round(s["spans_per_msg"], 2),
+        "tracing_spans_dropped": s["spans_dropped"],
+        "tracing_off_traced_pongs": s["off"]["traced_pongs"],
+        "tracing_messages": s["on"]["messages"],
     }
 
 
@@ -333,6 +366,47 @@ def _sessions_section(result: ScenarioResult) -> list[str]:
     return lines
 
 
+def _tracing_section(result: ScenarioResult) -> list[str]:
+    x = result.extra
+    names: dict[str, str] = x["variants"]
+    summary: dict[str, Any] = x["tracing_summary"]
+    lines = [f"{x['rounds']} round(s) of scenario 2 (the exactly-once command hop, same "
+             "workload and checks), each run on a fresh Azurite, the order swapped every "
+             "other round: tracing off (`Telemetry()`: the global providers, the API's "
+             "no-ops) and on (both buses given an SDK that records every span and measurement: "
+             f"{x['processor']}). Spans: ended, as the processor saw them; dropped: ended but "
+             "never exported. Traced Pongs: the Pongs carrying a `traceparent` header (the bus "
+             "writes none without a recording span). Load average before -> after the "
+             f"scenario: {x.get('load', '-')}.", ""]
+    rows: list[list[Any]] = []
+    for r in x["tracing_runs"]:
+        python, azurite = r.cpu.per_unit_ms(r.messages)
+        rows.append([r.index + 1, r.variant, r.messages, f"{r.seconds:.1f}",
+                     f"**{r.rate:.1f}**", f"{python:.1f}", f"{azurite:.1f}",
+                     f"{sum(_per(r.ops, r.messages).values()):.2f}",
+                     f"{r.spans_ended / r.messages:.2f}" if r.variant == "on" else "0",
+                     f"{r.traced_pongs} of {r.pongs}"])
+    lines += _table(["round", "tracing", "messages", "seconds", "msgs/s", "Python CPU ms/msg",
+                     "Azurite CPU ms/msg", "ops/msg", "spans/msg", "traced Pongs"], rows)
+    off, on = summary["off"], summary["on"]
+    lines += ["", f"Medians, msgs/s: {names['off']} {_fmt(off['msgs_per_s'], 1)}, "
+              f"{names['on']} {_fmt(on['msgs_per_s'], 1)}. **Ratio on/off "
+              f"{_fmt(summary['ratio'], 3)}** (per round: "
+              + ", ".join(f"{v:.3f}" for v in summary["ratios"]) + "). Python CPU per "
+              f"message: off {_fmt(off['python_ms_per_msg'], 2)} ms, on "
+              f"{_fmt(on['python_ms_per_msg'], 2)} ms, ratio on/off "
+              f"{_fmt(summary['cpu_ratio'], 3)} (per round: "
+              + ", ".join(f"{v:.3f}" for v in summary["cpu_ratios"]) + "). Spans recorded: "
+              f"**{_fmt(summary['spans_per_msg'], 2)} per message**, "
+              f"{summary['spans_dropped']} dropped.", ""]
+    rows = [[name, f"{n:.3f}"] for name, n in summary["spans_by_name_per_msg"].items()]
+    lines += _table(["span (kind)", "per message, tracing on"], rows)
+    lines += [""]
+    rows = [[name, f"{n:.3f}"] for name, n in summary["measurements_per_msg"].items()]
+    lines += _table(["instrument", "measurements per message (counters: their sum)"], rows)
+    return lines
+
+
 def _per(counts: Mapping[OpKey, int], units: int) -> dict[OpKey, float]:
     return per_unit(counts, units) if units else {}
 
@@ -362,7 +436,7 @@ def markdown(info: RunInfo, *, results: Mapping[str, ScenarioResult],
     raw = results["raw"].rate if "raw" in results else None
     rows: list[list[Any]] = []
     for number, (key, title) in enumerate(titles.items(), 1):
-        if key in ("latency", "spark", "sessions"):
+        if key in ("latency", "spark", "sessions", "tracing"):
             continue
         if key in results:
             r = results[key]
@@ -411,6 +485,9 @@ def markdown(info: RunInfo, *, results: Mapping[str, ScenarioResult],
     lines += ["", "## Sessions: ordered delivery against the unordered hop", ""]
     lines += _sessions_section(results["sessions"]) if "sessions" in results else [
         failures.get("sessions", "not run")]
+    lines += ["", "## Tracing: the hop with tracing off and with an SDK recording", ""]
+    lines += _tracing_section(results["tracing"]) if "tracing" in results else [
+        failures.get("tracing", "not run")]
     lines += ["", "## Prices used", "", f"From `bench/prices.toml`: {prices.meta['note']}.", ""]
     lines += _table(["class", "USD", "per", "what", "source", "date"],
                     [[p.name, p.usd, f"{p.per:,}", p.unit, p.source, p.date]

@@ -24,6 +24,8 @@ SCENARIOS: dict[str, tuple[str, str]] = {
               "Spark tasks publishing rows: bus vs a raw send loop, local[n]"),
     "sessions": ("bench.scenarios.sessions",
                  "ordered sessions hop vs the unordered exactly-once hop, alternating"),
+    "tracing": ("bench.scenarios.tracing",
+                "exactly-once hop, tracing off vs an OpenTelemetry SDK recording, alternating"),
 }
 
 

@@ -11,6 +11,10 @@ the hops: its share of the receives, the claim, the commit, the token and signal
 outgoing Pong, the ack. Not included: provisioning, the client's token and signal of the
 incoming Ping (the previous hop's send, which would count it twice in a chain of hops), the
 empty receives of idle polling (reported apart) and the benchmark's own checks.
+
+``run(cfg, telemetry=...)`` runs the same hop with other OpenTelemetry providers (the tracing
+scenario); the Pongs that carry a trace context (a ``traceparent`` header: a recording span was
+current when the handler made them) are counted either way.
 """
 
 from __future__ import annotations
@@ -29,10 +33,13 @@ from bench.workload import (
     partition_key,
     verify_counts,
 )
+from bus.envelope import decode_signal
+from bus.observability import Telemetry
+from bus.observability.propagation import TRACEPARENT
 
 
-def run(cfg: BenchConfig) -> ScenarioResult:
-    with installation(hop_endpoints()) as inst:
+def run(cfg: BenchConfig, telemetry: Telemetry | None = None) -> ScenarioResult:
+    with installation(hop_endpoints(), telemetry) as inst:
 
         def send(seq: int) -> None:
             inst.client.send(Ping(seq=seq, key=partition_key(seq, cfg.partitions),
@@ -43,7 +50,13 @@ def run(cfg: BenchConfig) -> ScenarioResult:
         names = inst.bus.names
         verify_counts(inst.plain.tables, names.state_table(HOP_FROM),
                       expected_counts(range(cfg.messages), cfg.partitions))
-        pong_messages, pongs = count_signals(inst.plain.queues, names.queue(HOP_TO))
+        traced = 0
+
+        def look(body: str) -> None:
+            nonlocal traced
+            traced += TRACEPARENT in decode_signal(body).headers
+
+        pong_messages, pongs = count_signals(inst.plain.queues, names.queue(HOP_TO), look)
         slots = inst.bus.receiver(HOP_FROM).slots
         if pongs < cfg.messages:
             raise BenchError(f"eo hop: only {pongs} Pong signals for {cfg.messages} hops")
@@ -59,4 +72,5 @@ def run(cfg: BenchConfig) -> ScenarioResult:
                "client_group": load.client_group,
                "outcomes": dict(load.outcomes),
                "pong_signals": pongs, "pong_messages": pong_messages,
+               "traced_pongs": traced,
                "slot_cache": {"hits": slots.hits, "stale": slots.stale}})

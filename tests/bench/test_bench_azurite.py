@@ -31,4 +31,4 @@ def test_a_tiny_run_reports_counted_numbers(tmp_path: Path,
     assert data["fanout3_msgs_per_s"] is None  # not run: null, never a made-up number
     text = out.read_text()
     assert "exactly once" in text and "| queue | send |" in text
-    assert any(line.startswith("[2/7]") and "checked" in line for line in lines)
+    assert any(line.startswith("[2/8]") and "checked" in line for line in lines)
