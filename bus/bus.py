@@ -100,9 +100,11 @@ class Bus:
         self.storage = storage
         """The storage as given (hosts lease and settle through it)."""
         self.telemetry = telemetry or Telemetry()
-        # The protocol's own requests through a wrapper that times them (the storage
-        # duration metric); ``storage`` stays what the caller gave, extras and type included.
-        storage = self._storage = observed_storage(storage, self.telemetry)
+        # The protocol's own requests through a wrapper that times them, when asked (the
+        # storage duration metric); ``storage`` stays what the caller gave, type included.
+        if self.telemetry.storage_metrics:
+            storage = observed_storage(storage, self.telemetry)
+        self._storage = storage
         self.settings = settings or Settings()
         self.serializer: Serializer = serializer or JsonSerializer()
         self.clock = clock

@@ -254,7 +254,8 @@ def test_a_poisoned_message_s_span_carries_error_type(storage: Storage, prefix: 
 
 def test_metrics_count_sends_consumes_and_time(storage: Storage, prefix: str,
                                                recorded: Recorded) -> None:
-    bus = build(storage, prefix, telemetry=recorded.telemetry)
+    bus = build(storage, prefix, telemetry=Telemetry(
+        meter_provider=recorded.meter_provider, storage_metrics=True))
     for order in range(3):
         bus.send(PlaceOrder(order_id=f"o{order}", amount=5))
     drain(bus)
@@ -277,7 +278,16 @@ def test_metrics_count_sends_consumes_and_time(storage: Storage, prefix: str,
     assert {("queue", "send"), ("table", "get_many"), ("table", "transact")} <= storage_ops
     operations = {a["messaging.operation.name"]
                   for a, _ in recorded.points("messaging.client.operation.duration")}
-    assert operations == {"send", "create", "receive", "settle"}
+    assert operations == {"send", "receive", "settle"}  # not create: made in memory
+
+
+def test_storage_requests_are_timed_only_when_asked(storage: Storage, prefix: str,
+                                                    recorded: Recorded) -> None:
+    bus = build(storage, prefix, telemetry=recorded.telemetry)  # storage_metrics=False
+    bus.send(PlaceOrder(order_id="o1", amount=5))
+    drain(bus)
+    assert recorded.points("messaging.process.duration")
+    assert recorded.points("eobus.storage.operation.duration") == []
 
 
 def _delivered(bus: Bus, endpoint: str, trace_context: dict[str, str]) -> None:
