@@ -27,6 +27,7 @@ from bus.hosting.functions.config import AppConfig
 from bus.hosting.functions.trigger import QueueTrigger
 from bus.hosting.maintenance import maintenance_pass
 from bus.messages import Message
+from bus.observability import Telemetry
 from bus.observability.depth import QueueDepths
 from bus.protocol.delivery import Handoff
 from bus.protocol.records import RecordKey
@@ -110,13 +111,16 @@ class BusFunctions(df.Blueprint):  # type: ignore[misc]
 
     ``bus`` is the configured Bus (for provisioning and client sends from the same settings).
     ``readers``: endpoints hosted elsewhere (Spark jobs) and the topics each subscribes to; the
-    app provisions and subscribes them, and does not host them.
+    app provisions and subscribes them, and does not host them. ``telemetry``: where spans and
+    metrics go (``bus.observability``; by default the global providers, which the Python
+    worker's Application Insights distro installs).
     """
 
     def __init__(self, endpoints: Sequence[Endpoint], *,
                  routes: Mapping[type[Message] | str, str] | None = None,
                  settings: Settings | None = None, environ: Mapping[str, str] | None = None,
-                 host_json: Path | None = None, readers: Readers | None = None) -> None:
+                 host_json: Path | None = None, readers: Readers | None = None,
+                 telemetry: Telemetry | None = None) -> None:
         super().__init__()
         self.config = AppConfig.from_environment(environ, host_json)
         settings = (settings or Settings()).model_copy(
@@ -127,7 +131,7 @@ class BusFunctions(df.Blueprint):  # type: ignore[misc]
         if self.config.encryption.keys:
             settings = settings.model_copy(update={"encryption": self.config.encryption})
         self.bus = Bus(self.config.storage(), endpoints, prefix=self.config.prefix,
-                       routes=routes, settings=settings, readers=readers)
+                       routes=routes, settings=settings, readers=readers, telemetry=telemetry)
         # BUS_DELIVERY_THREADS: None runs deliveries on the event loop's default executor.
         threads = self.config.delivery_threads
         self.delivery_executor = (
