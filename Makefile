@@ -9,7 +9,11 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 SIM_RUNS ?= 300
 
-.PHONY: help setup lint test test-py310 sim demo devhost azurite clean lock infra-check spark-demo bench
+.PHONY: help setup lint test test-py310 sim demo devhost azurite clean lock infra-check spark-demo bench \
+	chromium dashboard
+
+# Playwright (requirements-dev.txt) drives Debian's Chromium: it never downloads a browser.
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
 help:
 	@echo "make test   - set up (venv, pinned deps, Azurite) and run lint, types and every test"
@@ -19,6 +23,7 @@ help:
 	@echo "make spark-demo - Spark producer -> Functions app -> Spark consumer on Azurite, checked"
 	@echo "make bench  - benchmarks vs the raw transport and kombu -> bench/results/ (QUICK=1: about 3 min)"
 	@echo "make infra-check - offline checks of infra/ (topology in sync, checkov, Bicep structure)"
+	@echo "make dashboard - the operations dashboard on Azurite with the sample app and some traffic"
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
 	@test -n "$(PYTHON)" || { echo "Python 3.13 is needed (pyenv install 3.13.0, or PYTHON=/path/to/python3.13)"; exit 1; }
@@ -30,7 +35,29 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-setup: $(BIN)/.installed node_modules/.installed
+# Debian's Chromium, for the dashboard's browser tests (tests/browser) and `make dashboard`:
+# nothing to do when a `chromium` is on PATH; otherwise apt-get installs it (as root, or through
+# sudo), with the DejaVu fonts the pages are drawn in. CHROMIUM_PATH=/path/to/chromium points
+# the tests at another build of it.
+chromium:
+ifdef CHROMIUM_PATH
+	@test -x "$(CHROMIUM_PATH)" || { echo "CHROMIUM_PATH=$(CHROMIUM_PATH) is not an executable"; exit 1; }
+else
+	@command -v chromium >/dev/null 2>&1 || { \
+	  command -v apt-get >/dev/null 2>&1 || { echo "Chromium is needed for the browser tests \
+	and make dashboard, and there is no apt-get here to install it: install Debian's chromium \
+	package, or set CHROMIUM_PATH=/path/to/chromium"; exit 1; }; \
+	  sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+	  echo "Installing Debian's chromium: apt-get install chromium fonts-dejavu-core"; \
+	  { $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install \
+	    -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null; } || { \
+	  echo "apt-get could not install chromium: install Debian's chromium package as root, \
+	or set CHROMIUM_PATH=/path/to/chromium"; exit 1; }; \
+	  command -v chromium >/dev/null 2>&1 || { echo "apt-get installed chromium but it is \
+	not on PATH"; exit 1; }; }
+endif
+
+setup: $(BIN)/.installed node_modules/.installed chromium
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check bus tests devhost bench spark function_app.py
@@ -76,6 +103,13 @@ bench: setup
 SPARK_ORDERS ?= 200
 spark-demo: setup
 	$(PY) -m spark.demo --orders $(SPARK_ORDERS)
+
+# The operations dashboard (docs/dashboard.md) on a fresh Azurite: function_app.py provisioned,
+# some orders through it (a few poisoned, one scheduled), the local host running the app, and
+# `python -m bus dashboard --app function_app --allow-actions` on localhost until Ctrl-C.
+DASHBOARD_PORT ?= 8080
+dashboard: setup
+	$(PY) -m devhost.dashboard --port $(DASHBOARD_PORT)
 
 # Run the function app locally (Azurite must be running; settings from local.settings.json).
 devhost: setup
