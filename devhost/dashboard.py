@@ -45,6 +45,10 @@ def main() -> int:
     parser.add_argument("--failing", type=int, default=4,
                         help="orders of the customer whose account row is corrupt (default 4)")
     args = parser.parse_args()
+    # Ctrl-C and SIGTERM stop everything, also when started from a script in the background
+    # (where a shell leaves SIGINT ignored)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     with azurite() as connection:
         return Dashboard(args, connection).run()
 
