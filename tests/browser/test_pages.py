@@ -34,6 +34,11 @@ def field(row: Locator, name: str) -> Locator:
     return row.locator(f'[data-field="{name}"]')
 
 
+def no_errors(page: Page) -> None:
+    """Nothing on the page says an API call or a reading failed."""
+    expect(page.locator(".error:visible")).to_have_count(0)
+
+
 # -- pages, read-only ------------------------------------------------------------------------
 def test_endpoints_page_shows_each_endpoint(page: Page, readonly: Server, shop: Shop,
                                             screenshot: Screenshot) -> None:
@@ -48,6 +53,10 @@ def test_endpoints_page_shows_each_endpoint(page: Page, readonly: Server, shop: 
     expect(field(orders, "poison")).to_have_text("1")  # the undecodable body
     expect(field(orders, "depth")).not_to_have_text("0")  # three orders wait in its queue
     expect(field(orders, "paused")).to_have_text("no")
+    expect(field(orders, "scheduled")).to_have_text("1")  # the PlaceOrder due in an hour
+    expect(field(orders, "deferred")).to_have_text("1")  # the ShipOrder waiting for payment
+    expect(field(billing, "processed")).to_have_text(re.compile(r"^\s*[1-9][0-9]*\s*$"))
+    no_errors(page)
     expect(page.get_by_test_id("pause-orders")).to_be_hidden()  # read-only: no actions
     screenshot(page, "endpoints")
 
@@ -65,6 +74,7 @@ def test_failed_page_groups_the_poison_entries(page: Page, readonly: Server, sho
     expect(tracking).to_have_attribute("data-exception-type", "Reject")
     expect(tracking.locator('[data-testid^="group-count-"]')).to_have_text("1")
     expect(group(page, "orders").locator('[data-testid^="group-count-"]')).to_have_text("1")
+    no_errors(page)
     # read-only: nothing to select, replay or purge
     expect(page.get_by_test_id("replay-selected")).to_be_hidden()
     expect(page.locator('[data-testid^="group-replay-"]')).to_have_count(0)
@@ -103,6 +113,7 @@ def test_waiting_page_shows_sessions_deferred_and_scheduled(page: Page, readonly
     expect(page.get_by_test_id(f"scheduled-{shop.scheduled}")).to_contain_text("PlaceOrder")
     expect(page.get_by_test_id(f"release-{shop.deferred}")).to_be_hidden()
     expect(page.get_by_test_id(f"session-skip-tracking-{shop.stuck_session}")).to_be_hidden()
+    no_errors(page)
     screenshot(page, "waiting")
 
 
@@ -127,6 +138,7 @@ def test_following_a_conversation(page: Page, readonly: Server, shop: Shop,
     picture = page.get_by_test_id("conversation-picture")
     expect(picture.locator("svg")).to_have_count(1)  # the flow picture
     expect(picture).to_contain_text("billing")
+    no_errors(page)
     screenshot(page, "conversation")
 
 
