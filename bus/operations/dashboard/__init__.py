@@ -16,7 +16,7 @@ from bus.bus import Bus
 from bus.errors import ConfigurationError
 from bus.operations.dashboard import api, models, pages
 from bus.operations.dashboard.guard import HOW_TO_ALLOW, ActionGuard
-from bus.operations.dashboard.monitor import DataLayerMissing, Monitor, UnknownEndpoint, check_bus
+from bus.operations.dashboard.monitor import Monitor, UnknownEndpoint, check_bus
 from bus.operations.dashboard.poller import Poller
 
 __all__ = ["create_app"]
@@ -45,10 +45,6 @@ def create_app(bus: Bus, *, allow_actions: bool = False, depth_seconds: float = 
     @app.exception_handler(UnknownEndpoint)
     async def unknown(request: Request, exc: UnknownEndpoint) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=404)
-
-    @app.exception_handler(DataLayerMissing)
-    async def missing(request: Request, exc: DataLayerMissing) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=501)
 
     app.add_middleware(ActionGuard, allow_actions=allow_actions)
     return app

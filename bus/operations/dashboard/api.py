@@ -180,16 +180,19 @@ def _waiting_routes(api: APIRouter, monitor: Monitor) -> None:
 
 def _endpoint_row(monitor: Monitor, name: str, period: float) -> models.EndpointRow:
     readings: dict[str, Any] = {
-        "depth": monitor.depth(name), "poison": monitor.letters(name),
+        "depth": monitor.depth(name), "oldest": monitor.oldest(name),
+        "poison": monitor.letters(name),
         "paused": monitor.paused(name), "deferred": monitor.deferred_count(name),
         "scheduled": monitor.scheduled_count(name), "stats": monitor.stats(name, period)}
     errors = {field: r.error for field, r in readings.items() if r.error is not None}
     paused = readings["paused"].value
     stats = readings["stats"].value
     letters = readings["poison"].value
+    oldest = readings["oldest"].value
     return models.EndpointRow(
         name=name, queue=monitor.bus.names.queue(name), depth=readings["depth"].value,
-        oldest_age_seconds=None, poison=None if letters is None else len(letters),
+        oldest_age_seconds=None if oldest is None else max(0.0, time.time() - oldest),
+        poison=None if letters is None else len(letters),
         paused=models.PauseInfo(until=paused.until, reason=paused.reason) if paused else None,
         deferred=readings["deferred"].value, scheduled=readings["scheduled"].value,
         stats=None if stats is None else models.Stats.model_validate(_fields(stats)),

@@ -39,6 +39,8 @@ class Stats(BaseModel):
     processed: int
     failed: int
     poisoned: int
+    other: int = 0
+    """Signals with another outcome (duplicates, deferrals, ...)."""
     seconds: float
     mean_ms: float | None
     max_ms: float | None
@@ -52,8 +54,8 @@ class EndpointRow(BaseModel):
     depth: int | None
     """Approximate messages in the queue (Get Queue Metadata), None when the read failed."""
     oldest_age_seconds: float | None
-    """Age of the oldest queued message: always None for now - the storage port has no peek,
-    and a receive would take the message away from the workers (docs/dashboard.md)."""
+    """How long the message at the front of the queue has been on it (a peek; queues are
+    roughly first in, first out, so approximate); None when the queue shows none."""
     poison: int | None
     paused: PauseInfo | None
     deferred: int | None

@@ -10,13 +10,12 @@ the Failed messages page and the poison counts share one read per interval.
 
 from __future__ import annotations
 
-import importlib
 import threading
 import time
-from typing import Any
 
 from bus.bus import Bus, Pause
 from bus.errors import ConfigurationError
+from bus.operations import conversation, overview
 from bus.operations.dashboard.poller import Poller, Reading
 from bus.protocol.deadletters import DeadLetter, ReplayResult
 from bus.protocol.deferral import DeferredMessage
@@ -25,19 +24,6 @@ from bus.protocol.session_admin import SessionInfo, Sessions
 
 class UnknownEndpoint(LookupError):
     """The app defines no such endpoint."""
-
-
-class DataLayerMissing(RuntimeError):
-    """The scheduled/statistics/conversation readers (bus.operations.overview and
-    .conversation) are not installed in this version of the bus."""
-
-
-def data_layer(module: str) -> Any:
-    """``bus.operations.<module>``, imported when first used."""
-    try:
-        return importlib.import_module(f"bus.operations.{module}")
-    except ModuleNotFoundError as exc:
-        raise DataLayerMissing(f"bus.operations.{module} is not available: {exc}") from exc
 
 
 class Monitor:
@@ -64,6 +50,12 @@ class Monitor:
         return self.poller.get(("depth", endpoint),
                                lambda: self.bus.storage.queues.depth(queue))
 
+    def oldest(self, endpoint: str) -> Reading[float | None]:
+        """When the message at the front of the queue was put on it (a peek), or None."""
+        queue = self.bus.names.queue(endpoint)
+        return self.poller.get(("oldest", endpoint),
+                               lambda: self.bus.storage.queues.oldest(queue))
+
     def letters(self, endpoint: str) -> Reading[list[DeadLetter]]:
         def read() -> list[DeadLetter]:
             with self._locks[endpoint]:
@@ -81,10 +73,10 @@ class Monitor:
         return self.poller.get(("scheduled", endpoint),
                                lambda: len(self.scheduled(endpoint)))
 
-    def stats(self, endpoint: str, period: float) -> Reading[Any]:
-        def read() -> Any:
+    def stats(self, endpoint: str, period: float) -> Reading[overview.EndpointStats]:
+        def read() -> overview.EndpointStats:
             now = time.time()
-            return data_layer("overview").endpoint_stats(self.bus, endpoint, now - period, now)
+            return overview.endpoint_stats(self.bus, endpoint, now - period, now)
         return self.poller.get(("stats", endpoint, period), read)
 
     # -- direct reads (one page view each) --------------------------------------------------
@@ -96,11 +88,11 @@ class Monitor:
         found = self.bus.sessions(endpoint)
         return found.list(), found.now(), found.window
 
-    def scheduled(self, endpoint: str) -> list[Any]:
-        return list(data_layer("overview").scheduled(self.bus, endpoint))
+    def scheduled(self, endpoint: str) -> list[overview.ScheduledMessage]:
+        return overview.scheduled(self.bus, endpoint)
 
-    def conversation(self, id: str) -> Any:
-        return data_layer("conversation").conversation(self.bus, id)
+    def conversation(self, id: str) -> conversation.Conversation:
+        return conversation.conversation(self.bus, id)
 
     # -- actions ----------------------------------------------------------------------------
     def replay(self, endpoint: str, ids: set[str],
@@ -109,7 +101,7 @@ class Monitor:
             try:
                 return self.bus.dead_letters(endpoint).replay(ids, drop_expiry=drop_expiry)
             finally:
-                self.poller.forget(("poison", endpoint), ("depth", endpoint))
+                self.poller.forget(("poison", endpoint), ("depth", endpoint), ("oldest", endpoint))
 
     def purge(self, endpoint: str, ids: set[str]) -> list[str]:
         with self._locks[endpoint]:
