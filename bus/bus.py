@@ -19,6 +19,7 @@ from bus.messages import Command, Event, Message, require_command, require_event
 from bus.middleware import Middleware, Outgoing, SendNext, sending_chain
 from bus.naming import Names
 from bus.observability import Telemetry
+from bus.observability.stats import StatsBook
 from bus.protocol.admission import Admission
 from bus.protocol.backpressure import Room
 from bus.protocol.counters import Counters
@@ -418,7 +419,22 @@ class Bus:
             outbox=outbox, payloads=self.payloads, dispatcher=dispatcher,
             safeguards=self.safeguards, slots=SlotCache(self.settings.slot_cache_size),
             telemetry=self.telemetry,
-            parent_on_message=self.settings.process_span_parent == "message")
+            parent_on_message=self.settings.process_span_parent == "message",
+            stats=self._stats_book(endpoint.name))
+
+    def _stats_book(self, endpoint: str) -> StatsBook | None:
+        """Where ``endpoint``'s receiver tallies its signals (``Settings.stats_flush_seconds``)."""
+        every = self.settings.stats_flush_seconds
+        if every is None:
+            return None
+        return StatsBook(self._storage.tables, self.names.state_table(endpoint), every,
+                         self.clock)
+
+    def flush_stats(self) -> None:
+        """Write every receiver's per-minute statistics now (they are written at most every
+        ``Settings.stats_flush_seconds`` otherwise): for a host that stops, and for tests."""
+        for receiver in self._receivers.values():
+            receiver.flush_stats()
 
     def pipeline(self, endpoint: str) -> list[str]:
         """The stages one delivery at ``endpoint`` goes through, outermost first; the

@@ -60,6 +60,12 @@ class Settings(BaseModel):
     peek_lease_seconds: float = Field(60.0, gt=0)
     """How long the dead-letter tools (and maintenance's adoption) lease the poison-queue
     entries they read: one they stop on comes back after this long."""
+    stats_flush_seconds: float | None = Field(15.0, gt=0)
+    """How often a host writes its endpoints' per-minute statistics (throughput, processing
+    time, failures: ``bus.observability.stats``, for the dashboard): one row write per endpoint
+    per process at most this often. None: not kept."""
+    stats_retention_days: int = Field(7, ge=1)
+    """Days of per-minute statistics maintenance keeps."""
     queue_depth_seconds: float = Field(60.0, gt=0)
     """How often a host reads its queues' lengths for the ``eobus.queue.depth`` metric (one
     request per queue; between reads the last one is reported)."""

@@ -30,7 +30,8 @@ def test_adoption_runs_though_the_sweep_and_the_recovery_fail() -> None:
     assert report.adopted == {"ticks": 3}
     assert report.sweep is None and report.recovered == {}
     assert report.failed == ["the sweep", "recovering at ticks",
-                             "forgetting old send-ledger rows"]
+                             "forgetting old send-ledger rows",
+                             "forgetting old statistics at ticks"]
 
 
 def test_a_pass_over_a_healthy_bus_reports_every_part() -> None:

@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass, field
 
 from bus.bus import Bus
+from bus.observability import stats
 from bus.protocol.sweeper import SweepReport
 
 log = logging.getLogger("bus.maintenance")
@@ -27,6 +28,8 @@ class MaintenanceReport:
     sweep: SweepReport | None = None
     ledger_forgotten: int = 0
     """Send-ledger rows older than ``Settings.ledger_retention_seconds`` removed."""
+    stats_forgotten: int = 0
+    """Rows of per-minute statistics older than ``Settings.stats_retention_days`` removed."""
     sessions_released: dict[str, int] = field(default_factory=dict)
     """Per endpoint that skips gaps: first waiting copies of sessions whose gap outlasted the
     reorder window, released to move their session on."""
@@ -37,8 +40,8 @@ class MaintenanceReport:
 def maintenance_pass(bus: Bus, stalled_seconds: float = 300.0) -> MaintenanceReport:
     """Adopt host-poisoned signals, sweep (send marks past their retention included), finish
     stalled outbox records, move sessions on past gaps older than their endpoint's reorder
-    window (``skip_gaps``; reported otherwise) and forget old send-ledger rows, each part on
-    its own. Safe at any time and from several processes at once."""
+    window (``skip_gaps``; reported otherwise), forget old send-ledger rows and old
+    statistics, each part on its own. Safe at any time and from several processes at once."""
     report = MaintenanceReport()
     endpoints = list(bus.topology.endpoints)
     for name in endpoints:
@@ -66,6 +69,14 @@ def maintenance_pass(bus: Bus, stalled_seconds: float = 300.0) -> MaintenanceRep
         report.ledger_forgotten = bus.ledger.forget(bus.settings.ledger_retention_seconds)
     except Exception:
         _failed(report, "forgetting old send-ledger rows")
+    if bus.settings.stats_flush_seconds is not None:
+        for name in endpoints:
+            try:
+                report.stats_forgotten += stats.forget(
+                    bus.storage.tables, bus.names.state_table(name), bus.clock(),
+                    bus.settings.stats_retention_days)
+            except Exception:
+                _failed(report, f"forgetting old statistics at {name}")
     return report
 
 

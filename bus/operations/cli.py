@@ -5,6 +5,8 @@
     python -m bus topology check  [--app function_app] [--file infra/topology.json]
     python -m bus dlq list|show|replay|purge ENDPOINT [...]   (see bus/operations/dlq.py)
     python -m bus sessions list|show|skip|close ENDPOINT [SESSION]  (bus/operations/sessions.py)
+    python -m bus dashboard [--app function_app] [--host 127.0.0.1] [--port 8080]
+                            [--allow-actions] [--depth-seconds 30]  (docs/dashboard.md)
 
 Exit codes: 0 done, 1 the check found a difference, 2 wrong usage or an app that cannot load.
 """
@@ -128,3 +130,44 @@ def check_command(app: str, path: Path) -> None:
     click.echo(f"{path} {state}: run `python -m bus topology export --app {app} --out {path}` "
                "and commit it", err=True)
     sys.exit(1)
+
+
+@main.command("dashboard")
+@app_option
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on. The default serves this machine only; anything else "
+                   "exposes the dashboard, with no authentication of its own, to the network.")
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--allow-actions", is_flag=True,
+              help="Allow replay, purge, pause, resume, release, skip and close. Without it the "
+                   "dashboard is read-only and its API refuses every action (403).")
+@click.option("--depth-seconds", default=30.0, show_default=True, type=click.FloatRange(min=0),
+              help="Read each queue's depth (and poison queue, pause, deferred count) at most "
+                   "once per this many seconds, shared by every viewer.")
+def dashboard_command(app: str, host: str, port: int, allow_actions: bool,
+                      depth_seconds: float) -> None:
+    """Serve the operations dashboard (docs/dashboard.md) on HOST:PORT."""
+    try:
+        import uvicorn
+
+        from bus.operations.dashboard import create_app
+    except ImportError as exc:
+        raise UsageProblem(f"the dashboard needs its web stack ({exc.name} is missing): "
+                           "pip install 'eobus[dashboard]' (requirements.txt pins it)") from exc
+    try:
+        bus = load_bus(app)
+        web = create_app(bus, allow_actions=allow_actions, depth_seconds=depth_seconds)
+    except (AppError, ConfigurationError) as exc:
+        raise UsageProblem(str(exc)) from exc
+    from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+    # A page on another site cannot reach this server through a DNS name of its own that
+    # resolves to this machine (DNS rebinding): only the names it is served under are accepted.
+    local = ["127.0.0.1", "localhost", "[::1]", "::1"]
+    web.add_middleware(TrustedHostMiddleware,
+                       allowed_hosts=["*"] if host in ("0.0.0.0", "::") else [*local, host])
+    shown = f"[{host}]" if ":" in host else host
+    click.echo(f"dashboard of {app} ({len(bus.topology.endpoints)} endpoints, "
+               f"{'actions allowed' if allow_actions else 'read-only'}): "
+               f"http://{shown}:{port}/  (API: http://{shown}:{port}/api/docs)")
+    uvicorn.run(web, host=host, port=port, log_level="warning")

@@ -15,7 +15,7 @@ from bus.naming import Names
 from bus.observability import Telemetry
 from bus.protocol.backpressure import Room
 from bus.protocol.bundles import pack
-from bus.protocol.inbox import Inbox, Origin
+from bus.protocol.inbox import Inbox, Lineage, Origin
 from bus.protocol.payloads import Payloads
 from bus.protocol.sealing import Sealer
 from bus.signing import payload_digest
@@ -59,7 +59,7 @@ class Courier:
             if not self._token_first:
                 self._put_payload(envelope, checked)
             self.inbox.create(envelope.destination, envelope.attempt_id, envelope.message_id,
-                              self._clock(), due_at(envelope))
+                              self._clock(), due_at(envelope), lineage=Lineage.of(envelope))
             if self._token_first:
                 self._put_payload(envelope, checked)
 
@@ -111,7 +111,8 @@ class Courier:
                     destination,
                     [(envelopes[i].attempt_id, envelopes[i].message_id) for i in indexes], now,
                     [origins[i] for i in indexes] if origins is not None else None,
-                    [due_at(envelopes[i]) for i in indexes])
+                    [due_at(envelopes[i]) for i in indexes],
+                    lineages=[Lineage.of(envelopes[i]) for i in indexes])
                 for index, etag in zip(indexes, created, strict=True):
                     etags[index] = etag
             if self._token_first:

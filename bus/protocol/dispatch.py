@@ -35,9 +35,9 @@ from bus.envelope import Envelope
 from bus.errors import QueueFull
 from bus.ids import IdFactory
 from bus.observability import Telemetry
-from bus.protocol.courier import Courier
+from bus.protocol.courier import Courier, due_at
 from bus.protocol.deferral import release, set_aside
-from bus.protocol.inbox import Origin, finished
+from bus.protocol.inbox import Lineage, Origin, finished
 from bus.protocol.outbox import Outbox, Slot
 from bus.protocol.records import OutboxRecord, Phase
 from bus.protocol.safeguards import Safeguards
@@ -190,13 +190,15 @@ class Dispatcher:
         per destination. Idempotent: a token that changed since is left alone."""
         if not self._safeguards.confirm_pending:
             return  # the "skip-confirm" break
-        by_destination: dict[str, list[tuple[str, str, str]]] = {}
+        by_destination: dict[str, list[tuple[Envelope, str]]] = {}
         for record in records:
             for envelope, etag in zip(record.outgoing, record.pending, strict=False):
-                by_destination.setdefault(envelope.destination, []).append(
-                    (envelope.attempt_id, envelope.message_id, etag))
-        for destination, tokens in by_destination.items():
-            self._courier.inbox.confirm_many(destination, tokens, self._courier.now())
+                by_destination.setdefault(envelope.destination, []).append((envelope, etag))
+        for destination, copies in by_destination.items():
+            self._courier.inbox.confirm_many(
+                destination, [(e.attempt_id, e.message_id, etag) for e, etag in copies],
+                self._courier.now(), dues=[due_at(e) for e, _ in copies],
+                lineages=[Lineage.of(e) for e, _ in copies])
 
     def prepare(self, slot: Slot, *, committed_by_me: bool) -> Slot:
         """Steps 1-3: make sure every outgoing copy has its token; returns the slot in phase

@@ -97,6 +97,7 @@ class Handling:
             record = OutboxRecord(
                 endpoint=self.endpoint, message_id=admitted.envelope.message_id,
                 attempt_id=admitted.envelope.attempt_id,
+                message_type=admitted.envelope.message_type,
                 payload_ref=admitted.envelope.payload_ref,
                 outgoing=ctx.outgoing, committed_at=self._clock(),
                 deferred_signal=item.body if ctx.deferred else None, generation=generation,
@@ -136,7 +137,8 @@ class Handling:
         envelope = admitted.envelope
         record = OutboxRecord(
             endpoint=self.endpoint, message_id=envelope.message_id,
-            attempt_id=envelope.attempt_id, payload_ref=envelope.payload_ref,
+            attempt_id=envelope.attempt_id, message_type=envelope.message_type,
+            payload_ref=envelope.payload_ref,
             committed_at=self._clock(), deferred_signal=item.body, generation=generation,
             releases=aside.releases,
             sequences=dict(slot.record.sequences) if slot.record is not None else {})

@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import contextlib
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from bus.envelope import Envelope
 from bus.protocol.records import OutboxRecord
 from bus.storage import (
     Conflict,
@@ -69,6 +70,24 @@ class Origin:
 
 
 @dataclass(frozen=True)
+class Lineage:
+    """What a token says of its message for the operators' tools (the dashboard's
+    conversation view finds in-flight messages by it): its conversation, its cause, its type
+    and its sender. Written with the token, in the same request; absent on tokens written
+    before it was kept."""
+
+    correlation_id: str
+    causation_id: str | None
+    message_type: str
+    source: str
+
+    @classmethod
+    def of(cls, envelope: Envelope) -> Lineage:
+        return cls(envelope.correlation_id, envelope.causation_id, envelope.message_type,
+                   envelope.source)
+
+
+@dataclass(frozen=True)
 class Token:
     endpoint: str
     attempt_id: str
@@ -84,6 +103,7 @@ class Token:
     orphan: bool = False
     """Parked by the sweeper because no signal had come for it (``sweeper``): presumed an
     orphan, which its signal disproves by arriving - the copy is then processed."""
+    lineage: Lineage | None = None
 
     @property
     def processable(self) -> bool:
@@ -124,22 +144,23 @@ class Inbox:
 
 
     def create(self, endpoint: str, attempt_id: str, message_id: str, now: float,
-               due: float | None = None) -> None:
+               due: float | None = None, *, lineage: Lineage | None = None) -> None:
         """Create a live token (``due``: when its signal becomes visible, for a scheduled
         message). Attempt ids are fresh, so a 409 means our own earlier request took effect
         (its response was lost) - or the attempt was fenced, which the caller's next
         compare-and-swap on its outbox slot detects."""
         entity = self._entity(Token(endpoint, attempt_id, TokenState.LIVE, message_id, now, "",
-                               due=due))
+                               due=due, lineage=lineage))
         with contextlib.suppress(Conflict):
             self._tables.insert(self._table, entity)
 
     def create_many(self, endpoint: str, tokens: Sequence[tuple[str, str]], now: float,
                     origins: Sequence[Origin] | None = None,
-                    dues: Sequence[float | None] | None = None) -> list[str]:
+                    dues: Sequence[float | None] | None = None, *,
+                    lineages: Sequence[Lineage | None] | None = None) -> list[str]:
         """Create tokens ``(attempt id, message id)`` of one endpoint, 100 per request; live,
-        or pending when ``origins`` (one per token) are given; ``dues`` as for ``create``.
-        Returns their ETags.
+        or pending when ``origins`` (one per token) are given; ``dues`` and ``lineages`` as
+        for ``create``. Returns their ETags.
 
         Only for fresh attempt ids nobody else knows yet (a committer's own). Any error leaves
         the outcome unknown: the caller must not use these attempt ids again (it completes its
@@ -151,23 +172,28 @@ class Inbox:
             ops = [TableOp("insert", self._entity(Token(
                 endpoint, attempt_id, TokenState.PENDING if origins else TokenState.LIVE,
                 message_id, now, "", origin=origins[start + i] if origins else None,
-                due=dues[start + i] if dues else None)))
+                due=dues[start + i] if dues else None,
+                lineage=lineages[start + i] if lineages else None)))
                 for i, (attempt_id, message_id) in enumerate(tokens[start:start + per])]
             etags.extend(self._tables.transact(self._table, ops))
         return etags
 
     def confirm_many(self, endpoint: str, tokens: Sequence[tuple[str, str, str]],
-                     now: float) -> None:
+                     now: float, *, dues: Sequence[float | None] | None = None,
+                     lineages: Sequence[Lineage | None] | None = None) -> None:
         """Make pending tokens ``(attempt id, message id, ETag)`` of one endpoint live, 100 per
-        request (one by one when a request fails). A token that changed since (processed,
+        request (one by one when a request fails); ``dues`` and ``lineages`` as they were
+        created with (the row is replaced whole). A token that changed since (processed,
         parked, deferred) is left as it is: it is not pending any more, which is all this
         promises."""
         per = self._tables.limits.transaction_operations
         for start in range(0, len(tokens), per):
             chunk = tokens[start:start + per]
-            ops = [TableOp("replace", self._entity(Token(endpoint, attempt_id, TokenState.LIVE,
-                                                    message_id, now, "")), etag)
-                   for attempt_id, message_id, etag in chunk]
+            ops = [TableOp("replace", self._entity(Token(
+                endpoint, attempt_id, TokenState.LIVE, message_id, now, "",
+                due=dues[start + i] if dues else None,
+                lineage=lineages[start + i] if lineages else None)), etag)
+                   for i, (attempt_id, message_id, etag) in enumerate(chunk)]
             try:
                 self._tables.transact(self._table, ops)
             except (PreconditionFailed, NotFound):
@@ -292,7 +318,8 @@ class Inbox:
     # -- send marks (``bus.protocol.marked``) ---------------------------------------------------
     def create_marked(self, endpoint: str, copies: Sequence[tuple[str, str, float | None]],
                       now: float, *, origin: str = "", together: bool = True,
-                      marked: bool = True) -> None:
+                      marked: bool = True,
+                      lineages: Sequence[Lineage | None] | None = None) -> None:
         """For each copy ``(attempt id, message id, due)`` of one endpoint, a send mark and a
         live token, in one transaction (at most half the transaction's operations: the
         caller chunks). Conflict when a mark exists (none of them was created then).
@@ -303,8 +330,9 @@ class Inbox:
                                            "origin": origin}))
                  for attempt_id, message_id, _ in copies]
         tokens = [TableOp("insert", self._entity(Token(
-            endpoint, attempt_id, TokenState.LIVE, message_id, now, "", due=due)))
-            for attempt_id, message_id, due in copies]
+            endpoint, attempt_id, TokenState.LIVE, message_id, now, "", due=due,
+            lineage=lineages[i] if lineages else None)))
+            for i, (attempt_id, message_id, due) in enumerate(copies)]
         if not marked:
             self._tables.transact(self._table, tokens)
         elif together:
@@ -418,7 +446,16 @@ def _token(row: Entity) -> Token:
                  float(since) if isinstance(since, (int, float)) else 0.0, row.etag,
                  generation if isinstance(generation, int) else 0, signal, origin,
                  float(due) if isinstance(due, (int, float)) else None,
-                 props.get("orphan") is True)
+                 props.get("orphan") is True, _lineage(props))
+
+
+def _lineage(props: Mapping[str, EntityValue]) -> Lineage | None:
+    if "correlation_id" not in props:
+        return None
+    causation = props.get("causation_id")
+    return Lineage(str(props["correlation_id"]),
+                   str(causation) if causation is not None else None,
+                   str(props.get("message_type", "")), str(props.get("source", "")))
 
 
 def _entity(token: Token, property_bytes: int) -> Entity:
@@ -434,6 +471,12 @@ def _entity(token: Token, property_bytes: int) -> Entity:
         properties["due"] = token.due
     if token.orphan and token.state is TokenState.PARKED:
         properties["orphan"] = True
+    if token.lineage is not None:
+        properties.update({"correlation_id": token.lineage.correlation_id,
+                           "message_type": token.lineage.message_type,
+                           "source": token.lineage.source})
+        if token.lineage.causation_id is not None:
+            properties["causation_id"] = token.lineage.causation_id
     if token.origin is not None:
         properties.update({"origin_endpoint": token.origin.endpoint,
                            "origin_partition": token.origin.partition,

@@ -37,7 +37,7 @@ from bus.envelope import Envelope
 from bus.errors import Contention
 from bus.ids import IdFactory
 from bus.protocol.courier import Courier, due_at
-from bus.protocol.inbox import Mark, Token, TokenState
+from bus.protocol.inbox import Lineage, Mark, Token, TokenState
 from bus.storage import Conflict, TransientError
 
 _ROUNDS = 20
@@ -103,7 +103,7 @@ class MarkedSender:
                     marking.destination,
                     [(e.attempt_id, e.message_id, due_at(e)) for e in pending],
                     self._courier.now(), origin=marking.origin, together=self._together,
-                    marked=self._marked)
+                    marked=self._marked, lineages=[Lineage.of(e) for e in pending])
             except Conflict:
                 pending = self._resolve(marking, pending)
                 continue

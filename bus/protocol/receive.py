@@ -32,6 +32,7 @@ its compare-and-swap.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
@@ -40,6 +41,7 @@ from bus.envelope import Envelope
 from bus.errors import Contention, UnreadableRecord
 from bus.observability import Processing, Telemetry
 from bus.observability import conventions as sc
+from bus.observability.stats import StatsBook
 from bus.protocol.admission import Admission, Admitted
 from bus.protocol.delivery import (
     Delivery,
@@ -115,9 +117,12 @@ class Receiver:
     def __init__(self, *, admission: Admission, handling: Handling, poisoning: Poisoning,
                  inbox: Inbox, outbox: Outbox, payloads: Payloads, dispatcher: Dispatcher,
                  safeguards: Safeguards, slots: SlotCache | None = None,
-                 telemetry: Telemetry | None = None, parent_on_message: bool = False) -> None:
-        """``parent_on_message``: ``Settings.process_span_parent`` is ``message``."""
+                 telemetry: Telemetry | None = None, parent_on_message: bool = False,
+                 stats: StatsBook | None = None) -> None:
+        """``parent_on_message``: ``Settings.process_span_parent`` is ``message``;
+        ``stats``: where each signal's outcome and processing time is tallied."""
         self.poisoning = poisoning
+        self._stats = stats
         self._telemetry = telemetry or Telemetry()
         self._parent_on_message = parent_on_message
         self._admission = admission
@@ -178,10 +183,18 @@ class Receiver:
                 if result.handoff is not None:
                     results[index] = replace(result, handoff=replace(
                         result.handoff, trace=span.carrier()))
-                span.finish(result.outcome.value, None, now)
+                outcome = result.outcome.value
+                span.finish(outcome, None, now)
             else:
                 outcome = sc.RETRY if isinstance(result, HandlerFailed) else sc.ERROR
                 span.finish(outcome, result, now)
+            if self._stats is not None:
+                self._stats.record(outcome, time.perf_counter() - span.started)
+
+    def flush_stats(self) -> None:
+        """Write this endpoint's statistics now (``bus.observability.stats``)."""
+        if self._stats is not None:
+            self._stats.flush()
 
     def handle(self, body: str, dequeue_count: int,
                ack: Callable[[], None] = no_ack) -> Outcome:

@@ -75,6 +75,9 @@ class OutboxRecord(BaseModel):
     endpoint: str
     message_id: str
     attempt_id: str
+    message_type: str | None = None
+    """The incoming message's type, for the operators' tools (a conversation's processed
+    messages); absent in records written before it was kept, ignored by readers before it."""
     payload_ref: PayloadRef | None = None
     phase: Phase = Phase.COMMITTED
     outgoing: tuple[Envelope, ...] = ()

@@ -48,6 +48,9 @@ class ObservedQueues:
     def depth(self, queue: str) -> int:
         return self._observer.call("queue", "depth", lambda: self._inner.depth(queue))
 
+    def oldest(self, queue: str) -> float | None:
+        return self._observer.call("queue", "oldest", lambda: self._inner.oldest(queue))
+
 
 class ObservedBlobs:
     def __init__(self, inner: Blobs, observer: Observer) -> None:

@@ -85,6 +85,11 @@ class Queues(Protocol):
     def depth(self, queue: str) -> int:
         """Approximate number of messages in the queue, visible or not."""
 
+    def oldest(self, queue: str) -> float | None:
+        """When the message at the front of the queue - the first visible one - was put on
+        it (epoch seconds), or None when none is visible. One request that changes nothing
+        (a peek); queues are roughly first in, first out, so "the oldest" is approximate."""
+
 
 class Blobs(Protocol):
     def create_container(self, container: str) -> None:

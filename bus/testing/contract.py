@@ -10,6 +10,7 @@ against your backend, each on fresh queue, container and table names::
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -92,6 +93,19 @@ class StorageContract:
         storage.queues.send(name, "eA==", delay=60)
         assert storage.queues.receive(name, max_messages=1, lease=30) == []
         assert storage.queues.depth(name) == 1
+        assert storage.queues.oldest(name) is None  # nothing visible
+
+    def test_queue_oldest_is_the_front_message_s_time(self, storage: Storage,
+                                                      name: str) -> None:
+        storage.queues.create_queue(name)
+        assert storage.queues.oldest(name) is None
+        before = time.time()
+        storage.queues.send(name, "eA==")
+        storage.queues.send(name, "eQ==")
+        oldest = storage.queues.oldest(name)
+        assert oldest is not None and before - 2 <= oldest <= time.time() + 2  # clocks differ
+        assert len(storage.queues.receive(name, max_messages=2, lease=30)) == 2  # unchanged
+        assert storage.queues.oldest(name) is None  # both leased
 
     # -- blobs --------------------------------------------------------------------------------
     def test_blob_create_only_conflicts(self, storage: Storage, name: str) -> None:

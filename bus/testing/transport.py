@@ -39,6 +39,9 @@ class ForwardingQueues:
     def depth(self, queue: str) -> int:
         return self._inner.depth(queue)
 
+    def oldest(self, queue: str) -> float | None:
+        return self._inner.oldest(queue)
+
 
 class DuplicatingQueues(ForwardingQueues):
     """Sends each message a second time with probability ``rate`` (seeded, thread-safe)."""

@@ -200,6 +200,12 @@ class AzureQueues:
         with _translated():
             return int(self._client(queue).get_queue_properties().approximate_message_count)
 
+    def oldest(self, queue: str) -> float | None:
+        with _translated():
+            peeked = self._client(queue).peek_messages(max_messages=1)
+        inserted = peeked[0].inserted_on if peeked else None
+        return inserted.timestamp() if inserted is not None else None
+
 
 class AzureBlobs:
     def __init__(self, service: BlobServiceClient) -> None:

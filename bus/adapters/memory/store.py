@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
@@ -83,6 +84,7 @@ class _Stored:
     dequeue_count: int = 0
     pop_receipt: str = ""
     expires_at: float | None = None
+    inserted_at: float = 0.0
 
 
 class MemoryQueues:
@@ -112,7 +114,8 @@ class MemoryQueues:
             now = self._core.hooks.now()
             expires = None if time_to_live in (None, -1) else now + float(time_to_live)
             self._get(queue).append(
-                _Stored(self._core.tag("m"), body, now + delay, expires_at=expires))
+                _Stored(self._core.tag("m"), body, now + delay, expires_at=expires,
+                        inserted_at=time.time()))  # wall time (``now`` may be monotonic)
 
         self._core.call("queue", "send", put, duplicate=put)
 
@@ -151,6 +154,13 @@ class MemoryQueues:
 
     def depth(self, queue: str) -> int:
         return self._core.call("queue", "depth", lambda: len(self._get(queue)))
+
+    def oldest(self, queue: str) -> float | None:
+        def peek() -> float | None:
+            now = self._core.hooks.now()
+            return next((m.inserted_at for m in self._get(queue) if m.visible_at <= now), None)
+
+        return self._core.call("queue", "oldest", peek)
 
     # -- inspection for tests and the simulation (no faults, no scheduling) --------------
     def bodies(self, queue: str) -> list[str]:

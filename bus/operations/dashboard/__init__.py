@@ -1,0 +1,50 @@
+"""The operations dashboard: ``python -m bus dashboard`` (docs/dashboard.md).
+
+``create_app(bus)`` is a FastAPI app: the JSON API under ``/api`` (``api``), the pages
+(``pages``, templates and static files beside this module), and the guard that refuses every
+action unless ``allow_actions`` (``guard``). Readings of storage are shared by all viewers,
+at most one per ``depth_seconds`` per queue (``poller``).
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
+
+from bus.bus import Bus
+from bus.errors import ConfigurationError
+from bus.operations.dashboard import api, models, pages
+from bus.operations.dashboard.guard import HOW_TO_ALLOW, ActionGuard
+from bus.operations.dashboard.monitor import Monitor, UnknownEndpoint, check_bus
+from bus.operations.dashboard.poller import Poller
+
+__all__ = ["create_app"]
+
+
+def create_app(bus: Bus, *, allow_actions: bool = False, depth_seconds: float = 30.0) -> FastAPI:
+    """The dashboard of ``bus``; read-only unless ``allow_actions``. Raises
+    ConfigurationError for a bus it cannot show or a negative ``depth_seconds``."""
+    check_bus(bus)
+    if depth_seconds < 0:
+        raise ConfigurationError(f"depth_seconds={depth_seconds}: give 0 or more seconds")
+    monitor = Monitor(bus, Poller(depth_seconds))
+    settings = models.Settings(
+        allow_actions=allow_actions, depth_seconds=depth_seconds, endpoints=monitor.endpoints,
+        prefix=bus.names.prefix, how_to_allow="" if allow_actions else HOW_TO_ALLOW)
+    title = "eobus dashboard"
+    app = FastAPI(title=title, version="1",
+                  description="The operations API of an exactly-once bus (docs/dashboard.md). "
+                              "POST routes answer 403 unless the dashboard allows actions.",
+                  openapi_url="/api/openapi.json", docs_url="/api/docs", redoc_url=None)
+    app.state.monitor = monitor
+    app.include_router(api.router(monitor, settings))
+    app.include_router(pages.router(title=title))
+    app.mount("/static", StaticFiles(directory=pages.HERE / "static"), name="static")
+
+    @app.exception_handler(UnknownEndpoint)
+    async def unknown(request: Request, exc: UnknownEndpoint) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=404)
+
+    app.add_middleware(ActionGuard, allow_actions=allow_actions)
+    return app
