@@ -42,8 +42,11 @@ def chromium_path() -> str:
     return found
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Browser]:
+    """Chromium for the tests of this package. Not for the whole session: while Playwright's
+    sync API is started, the main thread has a running asyncio loop (its own, in a greenlet),
+    and a later test calling ``asyncio.run`` would fail (tests/dashboard does)."""
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=chromium_path(), headless=True)
         try:
