@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from bench import cpu
 from bench.cpu import CpuUse
@@ -153,3 +153,20 @@ def poll_until_stopped(poll: Callable[[], int], stop: threading.Event, idle: flo
 
 def progress(message: str) -> None:
     print(message, flush=True)
+
+
+R = TypeVar("R")
+
+
+def alternating(rounds: int, variants: Sequence[str], run: Callable[[str, int], R],
+                describe: Callable[[R], str]) -> list[R]:
+    """Each variant once per round, the order swapped every other round (``a, b; b, a;
+    ...``), so a machine that drifts over the run weighs on both alike; progress printed
+    after each run (``describe``)."""
+    runs: list[R] = []
+    for index in range(rounds):
+        for variant in variants if index % 2 == 0 else variants[::-1]:
+            done = run(variant, index)
+            runs.append(done)
+            progress(f"      round {index + 1} {variant}: {describe(done)}")
+    return runs

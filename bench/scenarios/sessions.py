@@ -48,7 +48,7 @@ from bench.busrun import (
 )
 from bench.config import BenchConfig
 from bench.cpu import CpuUse
-from bench.harness import BenchError, ScenarioResult, progress
+from bench.harness import BenchError, ScenarioResult, alternating
 from bench.scenarios import eo_hop
 from bench.workload import (
     HOP_FROM,
@@ -286,13 +286,10 @@ def ratios_to(runs: Sequence[HopRun], bases: Sequence[HopRun]) -> list[float]:
 def run(cfg: BenchConfig) -> ScenarioResult:
     runners = {"unordered": unordered_run, "same_partitions": same_partitions_run,
                "sessions": session_run}
-    runs: list[HopRun] = []
-    for index in range(cfg.session_rounds):
-        for variant in VARIANTS if index % 2 == 0 else VARIANTS[::-1]:
-            done = runners[variant](cfg, index)
-            runs.append(done)
-            progress(f"      round {index + 1} {variant}: {done.rate:.1f} msgs/s "
-                     f"({done.messages} in {done.seconds:.1f} s; set aside {done.set_aside})")
+    runs = alternating(
+        cfg.session_rounds, VARIANTS, lambda variant, index: runners[variant](cfg, index),
+        lambda done: (f"{done.rate:.1f} msgs/s ({done.messages} in {done.seconds:.1f} s; "
+                      f"set aside {done.set_aside})"))
     summary = summarize(runs)
     timed = [r for r in runs if r.variant == "sessions"]
     return ScenarioResult(

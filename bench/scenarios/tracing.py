@@ -47,7 +47,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from bench.config import BenchConfig
 from bench.cpu import CpuUse
-from bench.harness import BenchError, ScenarioResult, progress
+from bench.harness import BenchError, ScenarioResult, alternating
 from bench.report import IDLE, per_unit
 from bench.scenarios import eo_hop
 from bus.observability import Telemetry
@@ -240,14 +240,10 @@ def _total(counts: Any) -> dict[Any, int]:
 
 def run(cfg: BenchConfig) -> ScenarioResult:
     runners = {"off": off_run, "on": on_run}
-    runs: list[TracingRun] = []
-    for index in range(cfg.tracing_rounds):
-        for variant in VARIANTS if index % 2 == 0 else VARIANTS[::-1]:
-            done = runners[variant](cfg, index)
-            runs.append(done)
-            progress(f"      round {index + 1} tracing {variant}: {done.rate:.1f} msgs/s "
-                     f"({done.messages} in {done.seconds:.1f} s; Python CPU "
-                     f"{done.python_ms:.1f} ms/msg; spans {done.spans_ended})")
+    runs = alternating(
+        cfg.tracing_rounds, VARIANTS, lambda variant, index: runners[variant](cfg, index),
+        lambda done: (f"{done.rate:.1f} msgs/s ({done.messages} in {done.seconds:.1f} s; "
+                      f"Python CPU {done.python_ms:.1f} ms/msg; spans {done.spans_ended})"))
     summary = summarize(runs)
     timed = [r for r in runs if r.variant == "on"]
     return ScenarioResult(
