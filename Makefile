@@ -10,7 +10,7 @@ PY := $(BIN)/python
 SIM_RUNS ?= 300
 
 .PHONY: help setup lint test test-py310 sim demo devhost azurite clean lock infra-check spark-demo bench \
-	chromium dashboard
+	chromium dashboard screenshots
 
 # Playwright (requirements-dev.txt) drives Debian's Chromium: it never downloads a browser.
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
@@ -110,6 +110,10 @@ spark-demo: setup
 DASHBOARD_PORT ?= 8080
 dashboard: setup
 	$(PY) -m devhost.dashboard --port $(DASHBOARD_PORT)
+
+# The dashboard's screenshots in docs/img (docs/dashboard.md), taken by its browser tests.
+screenshots: setup
+	DASHBOARD_SCREENSHOTS=docs/img $(PY) -m pytest tests/browser -q
 
 # Run the function app locally (Azurite must be running; settings from local.settings.json).
 devhost: setup

@@ -149,6 +149,7 @@ def with_traffic(shop: Shop) -> Shop:
     shop.stuck_session = "p-7"
     bus.storage.queues.send(bus.names.queue("orders"), "%%% not base64 %%%")
     drain(bus, fail_fast=False)
+    bus.flush_stats()  # the per-minute statistics now, not in stats_flush_seconds
     shop.scheduled = bus.send(PlaceOrder(order_id="o-later", customer="c-1", amount_cents=999),
                               delay=3600.0)
     for i in (20, 21, 22):  # waiting in the orders queue: a depth and an oldest age
