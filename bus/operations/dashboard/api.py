@@ -62,7 +62,6 @@ def _endpoint_routes(api: APIRouter, monitor: Monitor) -> None:
         return _pause_result(monitor, endpoint)
 
 
-
 def _failed_routes(api: APIRouter, monitor: Monitor) -> None:
     @api.get("/failed", tags=["failed"])
     def failed() -> models.Failed:
