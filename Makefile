@@ -1,4 +1,8 @@
 # Two commands for a newcomer: `make demo` and `make test`. Each sets itself up.
+# The test tiers (docs/testing.md): `make check` is the developer's loop (lint, types, every test
+# that needs neither Azurite, Spark, a browser nor the Functions worker, each simulation break at
+# its known seed); `make test` is CI's (everything a change can break, on 3.13 and 3.10, with a
+# simulation slice that follows the commit); `make test-all` adds the long searches.
 # The Functions app runs on Python 3.13 (Microsoft's worker, azure-functions-runtime, needs it);
 # the bus package's own tests also run on 3.10, the oldest Python it supports.
 find_python = $(or $(shell PYENV_VERSION=$(1) pyenv which python$(2) 2>/dev/null),$(shell command -v python$(2)))
@@ -8,15 +12,27 @@ VENV := .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 SIM_RUNS ?= 300
+# Test processes: pytest-xdist, one per core (each Azurite-using process starts its own Azurite).
+JOBS ?= auto
+PYTEST_PARALLEL = -n $(JOBS)
+# What `make check` leaves out: the tests marked by tests/conftest.py as needing Azurite, Spark,
+# a browser or Microsoft's Functions worker, and the simulation slice that follows the commit.
+CHECK_MARKERS = not (azurite or spark or browser or worker or sim_slice)
+# The commit's simulation slice in `make test` (tests/sim/conftest.py): its size.
+SIM_SLICE ?= 300
 
-.PHONY: help setup lint test test-py310 sim demo devhost azurite clean lock infra-check spark-demo bench \
+.PHONY: help setup lint check test test-all test-py310 sim demo devhost azurite clean lock infra-check spark-demo bench \
 	chromium dashboard screenshots
 
 # Playwright (requirements-dev.txt) drives Debian's Chromium: it never downloads a browser.
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
 help:
-	@echo "make test   - set up (venv, pinned deps, Azurite) and run lint, types and every test"
+	@echo "make check  - the developer's loop (under 2 min): lint, types, the tests needing no"
+	@echo "              Azurite/Spark/browser/Functions worker, each simulation break at its seed"
+	@echo "make test   - CI: set up (venvs, pinned deps, Azurite, Chromium) and run every test on"
+	@echo "              3.13 and 3.10, with a simulation slice that follows the commit"
+	@echo "make test-all - make test, then 2,000 simulation runs, every break searched, quick bench"
 	@echo "make azurite - Azurite on the default ports, as the project starts it (Ctrl-C stops)"
 	@echo "make demo   - the main job: 1,000 orders through the Functions app on Azurite, checked"
 	@echo "make sim    - the deterministic simulation: SIM_RUNS=2000 make sim"
@@ -35,7 +51,7 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-# Debian's Chromium, for the dashboard's browser tests (tests/browser) and `make dashboard`:
+# Debian's Chromium, for the dashboard's browser tests (tests/operations/browser) and `make dashboard`:
 # nothing to do when a `chromium` is on PATH; otherwise apt-get installs it (as root, or through
 # sudo), with the DejaVu fonts the pages are drawn in. CHROMIUM_PATH=/path/to/chromium points
 # the tests at another build of it.
@@ -63,13 +79,29 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff check bus tests devhost bench spark function_app.py
 	$(BIN)/mypy
 
+check: $(BIN)/.installed lint
+	BUS_TEST_TIER=check $(PY) -m pytest $(PYTEST_PARALLEL) -q -m "$(CHECK_MARKERS)" \
+	  --durations=10
+
 test: setup lint test-py310
-	$(PY) -m pytest
+	$(PY) -m pytest $(PYTEST_PARALLEL) --sim-slice $(SIM_SLICE) --durations=25
+
+# Not in CI (about an hour here): the long simulation, each break's first failing seed searched
+# among 300 (every one must fail), and the quick benchmark.
+test-all: test
+	$(PY) -m bus.testing.simulate --runs 2000 --seed 1 --progress
+	$(PY) -m bus.testing.simulate --every-break --runs 300 --progress
+	$(PY) -m bench --quick
 
 # The package on Python 3.10 with the oldest versions pyproject.toml allows
-# (requirements-py310.txt): its pure tests, then on Azurite the storage adapter's contract
-# (tests/integration: the Azure SDKs' lower bounds) and the Spark tests on PySpark 3.5
+# (requirements-py310.txt): the in-memory tests of the protocol, its hosts and operations, the
+# simulation at its known seeds, then on Azurite the storage adapter's contract (the Azure
+# SDKs' lower bounds), the docs' examples and the Spark tests on PySpark 3.5
 # (bus.spark.publish/receive; format("bus") needs Spark 4 and is skipped). Java 17 for Spark.
+# Not here: the Functions app and the dashboard (the app runs on 3.13 only).
+PY310_PURE = tests/unit tests/protocol tests/hosting tests/observability tests/operations tests/sim
+PY310_OUT = --ignore=tests/hosting/functions --ignore=tests/operations/dashboard \
+	--ignore=tests/operations/browser --ignore=tests/operations/infra
 VENV310 := .venv-3.10
 $(VENV310)/.installed: requirements-py310.txt requirements.txt pyproject.toml
 	@test -n "$(PYTHON310)" || { echo "Python 3.10 is needed (pyenv install 3.10.13, or PYTHON310=...)"; exit 1; }
@@ -78,8 +110,10 @@ $(VENV310)/.installed: requirements-py310.txt requirements.txt pyproject.toml
 	touch $@
 
 test-py310: $(VENV310)/.installed node_modules/.installed
-	$(VENV310)/bin/python -m pytest tests/unit tests/test_*.py -m "not azurite" -q
-	$(VENV310)/bin/python -m pytest tests/integration tests/spark -q
+	$(VENV310)/bin/python -m pytest $(PYTEST_PARALLEL) -q $(PY310_PURE) $(PY310_OUT) \
+	  -m "$(CHECK_MARKERS)"
+	$(VENV310)/bin/python -m pytest $(PYTEST_PARALLEL) -q tests/contract tests/docs \
+	  tests/integrations/spark
 
 sim: $(BIN)/.installed
 	$(PY) -m bus.testing.simulate --runs $(SIM_RUNS) --seed 1 --progress
@@ -113,7 +147,7 @@ dashboard: setup
 
 # The dashboard's screenshots in docs/img (docs/dashboard.md), taken by its browser tests.
 screenshots: setup
-	DASHBOARD_SCREENSHOTS=docs/img $(PY) -m pytest tests/browser -q
+	DASHBOARD_SCREENSHOTS=docs/img $(PY) -m pytest tests/operations/browser -q
 
 # Run the function app locally (Azurite must be running; settings from local.settings.json).
 devhost: setup
@@ -125,7 +159,7 @@ azurite: node_modules/.installed
 	$(or $(PYTHON),python3) -m devhost.azurite
 
 # Offline checks of infra/: topology.json in sync with the app, checkov over the Bicep (in its
-# own venv, so its pins cannot clash with the app's), the Bicep's structure (tests/infra).
+# own venv, so its pins cannot clash with the app's), the Bicep's structure (tests/operations/infra).
 # The last line printed is a JSON summary; non-zero exit when any check fails.
 INFRA_VENV := .venv-infra
 $(INFRA_VENV)/.installed: requirements-infra.txt

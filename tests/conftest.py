@@ -1,33 +1,94 @@
+"""Fixtures every tier shares, and the tiers' markers, derived from what each test uses.
+
+A test's tier is not a list kept by hand: a test that takes Azurite (the ``azurite_connection``
+fixture, directly or through another fixture) is marked ``azurite``; one that takes the
+``spark`` session is marked ``spark``; one that takes the ``browser`` is marked ``browser``; a
+module that imports Microsoft's Functions worker (``devhost.worker``, ``devhost.host`` or
+``azure_functions_runtime``, anywhere in it) is marked ``worker``. ``make check`` runs what is
+left (docs/testing.md). The Azure SDK is imported by the fixtures that build on Azurite, not
+here: a run of the in-memory tiers does not pay for it.
+"""
+
 from __future__ import annotations
 
+import ast
+import functools
 import logging
+import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from bus.adapters.azure import AzureStorage
 from bus.storage import Storage
 from bus.testing import InMemoryStorage
-from devhost.azurite import azurite
+
+if TYPE_CHECKING:
+    from bus.adapters.azure import AzureStorage
+
+FIXTURE_TIERS = {"azurite_connection": "azurite", "spark": "spark", "browser": "browser"}
+"""A fixture in a test's closure -> the tier marker the test gets."""
+WORKER_MODULES = ("devhost.worker", "devhost.host", "azure_functions_runtime")
+"""Importing any of these (anywhere in a test module) runs Microsoft's Functions worker."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        closure = getattr(item, "fixturenames", ())
+        for fixture, tier in FIXTURE_TIERS.items():
+            if fixture in closure:
+                item.add_marker(tier)
+        path = Path(str(item.fspath))
+        if path.suffix == ".py" and _imports_the_worker(path):
+            item.add_marker("worker")
+
+
+@functools.cache
+def _imports_the_worker(path: Path) -> bool:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        if any(name == module or name.startswith(module + ".")
+               for name in names for module in WORKER_MODULES):
+            return True
+    return False
 
 
 @pytest.fixture(scope="session")
 def azurite_connection() -> Iterator[str]:
+    """A real Azurite for this test process (each xdist worker starts its own, on free
+    loopback ports), stopped at the end of the session."""
+    if os.environ.get("BUS_TEST_TIER") == "check":
+        pytest.fail("a test reached Azurite in `make check` without being marked `azurite`: "
+                    "take the `azurite_connection` fixture (or mark it) rather than asking "
+                    "for it at run time", pytrace=False)
+    from devhost.azurite import azurite
+
     with azurite() as connection:
         yield connection
 
 
 @pytest.fixture
 def azure_storage(azurite_connection: str) -> AzureStorage:
+    from bus.adapters.azure import AzureStorage
+
     return AzureStorage.from_connection_string(azurite_connection)
 
 
 @pytest.fixture(params=["memory", pytest.param("azurite", marks=pytest.mark.azurite)])
 def storage(request: pytest.FixtureRequest) -> Storage:
-    """Each test that takes ``storage`` runs twice: on the in-memory backend and on Azurite."""
+    """Each test that takes ``storage`` runs twice: on the in-memory backend and on Azurite
+    (marked ``azurite`` by its parameter: Azurite is asked for at run time)."""
     if request.param == "memory":
         return InMemoryStorage()
+    from bus.adapters.azure import AzureStorage
+
     return AzureStorage.from_connection_string(request.getfixturevalue("azurite_connection"))
 
 

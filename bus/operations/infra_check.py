@@ -3,8 +3,9 @@
 1. The topology file is in sync with the app (``python -m bus topology check``).
 2. checkov over ``infra/`` (bicep framework): no failed check and no file it cannot parse;
    skips are inline in the Bicep, each with its reason, and listed here.
-3. The structural tests (``tests/infra``, pycep-parser): every queue, table and container of the
-   topology is declared, the app's identity holds its roles, no keys in settings, outputs.
+3. The structural tests (``tests/operations/infra``, pycep-parser): every queue, table and
+   container of the topology is declared, the app's identity holds its roles, no keys in
+   settings, outputs.
 
 The last line printed is a JSON object with the counts; the exit code is 1 when a check fails.
 checkov runs from its own venv (``--checkov``), the rest with this interpreter.
@@ -138,7 +139,7 @@ def run_tests(tests: Path) -> PytestSummary:
               help="The checkov executable (from its own venv).")
 @click.option("--infra", type=click.Path(file_okay=False, path_type=Path),
               default=Path("infra"), show_default=True)
-@click.option("--tests", type=click.Path(path_type=Path), default=Path("tests/infra"),
+@click.option("--tests", type=click.Path(path_type=Path), default=Path("tests/operations/infra"),
               show_default=True)
 @click.option("--app", default=DEFAULT_APP, show_default=True)
 @click.option("--topology", type=click.Path(dir_okay=False, path_type=Path),

@@ -14,7 +14,7 @@ the SDK does through a generic request builder and serializer at about a third o
 transaction's Python CPU; the entity's JSON, with its EDM type annotations, is still the SDK's
 (``_add_entity_properties``), and the table client's own pipeline signs and sends the batch.
 The pieces of the SDK used here are private, so ``azure-data-tables`` is pinned and
-``tests/integration/test_transactions_azurite.py`` checks this encoding against the SDK's own,
+``tests/contract/test_transactions_azurite.py`` checks this encoding against the SDK's own,
 request and response, byte for byte, on every run.
 """
 

@@ -52,7 +52,7 @@ class OutboxJob(TypedDict, total=False):
 
     A class, not ``dict[str, Any]``: the Python worker refuses a parameter whose annotation is
     neither a class nor a ``typing`` generic, and a refused function keeps the whole app from
-    loading (tests/functions/test_real_worker.py loads every function through the worker).
+    loading (tests/hosting/functions/test_real_worker.py loads every function through the worker).
     """
 
     endpoint: str

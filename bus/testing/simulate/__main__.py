@@ -43,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, (_, description) in BREAKS.items():
             print(f"{name:20} {description}")
         return 0
+    if args.every_break:
+        return _search_every_break(args.seed, args.runs, args.progress)
     safeguards = BREAKS[args.break_name][0] if args.break_name else Safeguards()
     totals: Counter[str] = Counter()
     statistics: Counter[str] = Counter()
@@ -80,6 +82,26 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if violations and not args.break_name else 0
 
 
+def _search_every_break(first: int, runs: int, progress: bool) -> int:
+    """Each break's first failing seed within ``runs`` runs from ``first``: one line per break,
+    then the JSON summary; 1 when a break fails no run (its safeguard is not shown needed)."""
+    found: dict[str, int | None] = {}
+    started = time.monotonic()
+    for name, (safeguards, _) in BREAKS.items():
+        seed = next((seed for seed in range(first, first + runs)
+                     if run_once(seed, safeguards).violations), None)
+        found[name] = seed
+        print(f"{name:24} " + (f"first failing seed {seed}" if seed is not None
+                                else f"NO violation in {runs} runs from seed {first}"))
+        if progress:
+            print(f"... {len(found)}/{len(BREAKS)} breaks, {time.monotonic() - started:.0f} s",
+                  file=sys.stderr)
+    unfound = [name for name, seed in found.items() if seed is None]
+    print(json.dumps({"runs": runs, "seed": first, "first_failing_seeds": found,
+                      "unfound": unfound, "seconds": round(time.monotonic() - started, 1)}))
+    return 1 if unfound else 0
+
+
 def _report(seed: int, break_name: str | None, violations: list[str]) -> None:
     again = f" --break {break_name}" if break_name else ""
     print(f"run with seed {seed} broke {len(violations)} invariant(s); reproduce with: "
@@ -97,6 +119,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--break", dest="break_name", choices=sorted(BREAKS),
                         help="disable one safeguard (the run must then find violations)")
     parser.add_argument("--list-breaks", action="store_true", help="name the breaks and exit")
+    parser.add_argument("--every-break", action="store_true",
+                        help="for each break, the first of --runs seeds that fails (exit 1 when "
+                             "a break fails none)")
     parser.add_argument("--progress", action="store_true", help="progress on stderr")
     parser.add_argument("--stop-at-first", action="store_true",
                         help="stop after the first run that breaks an invariant (its seed is "

@@ -3,7 +3,7 @@ the real ``JobWriter``, ``Drainer`` and ``StreamConsumer`` over the simulated st
 
 Spark itself does not run here; what it does around those classes does, in the order the
 integration's own modules describe (``bus.integrations.spark.stream``, ``compat``, ``source``,
-which call the same methods; ``tests/spark`` runs them under a real local Spark):
+which call the same methods; ``tests/integrations/spark`` runs them under a real local Spark):
 
 * a write job sends every partition from a task; a task may fail part-way and run again, or
   run twice at once (a speculative copy, interleaved with the first), and Spark keeps one

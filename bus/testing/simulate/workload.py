@@ -216,7 +216,8 @@ def build(knobs: Knobs, roll: Callable[[], float], new_id: Callable[[], str],
     def on_happened_d(message: Happened, ctx: Context) -> None:
         effect(ctx, message, message.root)
         # Scheduled delivery. (Delays beyond the queue's 7 days are tested with a fake clock in
-        # tests/test_scheduling.py: idle workers poll every 0.5 virtual s, too many steps here.)
+        # tests/protocol/test_scheduling.py: idle workers poll every 0.5 virtual s, too many
+        # steps here.)
         delay = roll() * 3.0 if roll() < knobs.scheduled else 0.0
         ctx.send(Finish(root=message.root), delay=delay, headers={"happened": ctx.message_id})
 

@@ -1,0 +1,211 @@
+"""The dashboard in a real browser (Debian's Chromium through Playwright) against Azurite: each
+page loads and shows what the shop's traffic left (tests/operations/browser/shop.py), a failed
+group is replayed from the page and processed once, an endpoint is paused and resumed from the
+page, a conversation is followed; read-only, the actions are absent and the API refuses them.
+
+Elements are found by their ``data-testid`` (and ``data-*`` fields), never by layout. Each test
+saves its page to docs/img/dashboard-<page>.png (docs/dashboard.md, "Screenshots").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Locator, Page, expect
+
+from bus.testing import drain
+from tests.operations.browser.conftest import Server
+from tests.operations.browser.shop import Shop
+
+pytestmark = pytest.mark.azurite
+
+Screenshot = Callable[[Page, str], Path]
+
+
+def group(page: Page, endpoint: str) -> Locator:
+    """The failed page's group of ``endpoint`` (the shop has one per endpoint)."""
+    return page.locator(f'[data-testid^="group-"][data-endpoint="{endpoint}"]')
+
+
+def field(row: Locator, name: str) -> Locator:
+    return row.locator(f'[data-field="{name}"]')
+
+
+def no_errors(page: Page) -> None:
+    """Nothing on the page says an API call or a reading failed."""
+    expect(page.locator(".error:visible")).to_have_count(0)
+
+
+# -- pages, read-only ------------------------------------------------------------------------
+def test_endpoints_page_shows_each_endpoint(page: Page, readonly: Server, shop: Shop,
+                                            screenshot: Screenshot) -> None:
+    page.goto(readonly.url + "/")
+    expect(page.get_by_test_id("mode")).to_have_text("read-only")
+    for name in ("orders", "billing", "shipping", "tracking"):
+        expect(page.get_by_test_id(f"endpoint-row-{name}")).to_be_visible()
+    billing, orders = page.get_by_test_id("endpoint-row-billing"), \
+        page.get_by_test_id("endpoint-row-orders")
+    expect(field(billing, "poison")).to_have_text(str(len(shop.failed_orders)))
+    expect(field(page.get_by_test_id("endpoint-row-tracking"), "poison")).to_have_text("1")
+    expect(field(orders, "poison")).to_have_text("1")  # the undecodable body
+    expect(field(orders, "depth")).not_to_have_text("0")  # three orders wait in its queue
+    expect(field(orders, "paused")).to_have_text("no")
+    expect(field(orders, "scheduled")).to_have_text("1")  # the PlaceOrder due in an hour
+    expect(field(orders, "deferred")).to_have_text("1")  # the ShipOrder waiting for payment
+    # Every order reached billing; the declined ones failed once, then were poisoned.
+    declined = len(shop.failed_orders)
+    expect(field(billing, "processed")).to_have_text(str(len(shop.orders) - declined))
+    expect(field(billing, "failed")).to_have_text(str(declined))
+    no_errors(page)
+    expect(page.get_by_test_id("pause-orders")).to_be_hidden()  # read-only: no actions
+    screenshot(page, "endpoints")
+
+
+def test_failed_page_groups_the_poison_entries(page: Page, readonly: Server, shop: Shop,
+                                               screenshot: Screenshot) -> None:
+    page.goto(readonly.url + "/failed")
+    billing = group(page, "billing")
+    expect(billing).to_have_count(1)
+    expect(billing).to_have_attribute("data-message-type", "OrderPlaced")
+    expect(billing).to_have_attribute("data-exception-type", "RuntimeError")
+    expect(billing.locator('[data-testid^="group-count-"]')).to_have_text(
+        str(len(shop.failed_orders)))
+    tracking = group(page, "tracking")
+    expect(tracking).to_have_attribute("data-exception-type", "Reject")
+    expect(tracking.locator('[data-testid^="group-count-"]')).to_have_text("1")
+    expect(group(page, "orders").locator('[data-testid^="group-count-"]')).to_have_text("1")
+    no_errors(page)
+    # read-only: nothing to select, replay or purge
+    expect(page.get_by_test_id("replay-selected")).to_be_hidden()
+    expect(page.locator('[data-testid^="group-replay-"]')).to_have_count(0)
+    expect(page.locator('[data-testid^="group-select-"]:visible')).to_have_count(0)
+    screenshot(page, "failed")
+
+
+def test_a_failed_message_in_detail(page: Page, readonly: Server, shop: Shop,
+                                    screenshot: Screenshot) -> None:
+    page.goto(readonly.url + "/failed")
+    [letter] = [x for x in shop.bus.dead_letters("billing").entries()
+                if x.entry.envelope is not None
+                and x.entry.envelope.correlation_id == f"conv-{shop.failed_orders[0]}"]
+    page.get_by_test_id(f"entry-show-{letter.id}").click()
+    detail = page.get_by_test_id("failed-detail")
+    expect(detail).to_be_visible()
+    expect(detail).to_contain_text("RuntimeError: card declined for c-declined")
+    expect(detail).to_contain_text("max delivery count")  # the reason
+    expect(detail).to_contain_text(shop.failed_orders[0])  # the payload
+    expect(detail).to_contain_text("replayable")
+    detail.scroll_into_view_if_needed()
+    screenshot(page, "failed-detail")
+
+
+def test_waiting_page_shows_sessions_deferred_and_scheduled(page: Page, readonly: Server,
+                                                            shop: Shop,
+                                                            screenshot: Screenshot) -> None:
+    page.goto(readonly.url + "/waiting")
+    session = page.get_by_test_id(f"session-tracking-{shop.stuck_session}")
+    expect(session).to_contain_text("stuck")
+    expect(page.get_by_test_id("sessions-table").locator("tbody tr").first).to_contain_text(
+        "stuck")  # stuck sessions first
+    deferred = page.get_by_test_id(f"deferred-{shop.deferred}")
+    expect(deferred).to_contain_text("orders")
+    expect(deferred).to_contain_text("ShipOrder")
+    expect(page.get_by_test_id(f"scheduled-{shop.scheduled}")).to_contain_text("PlaceOrder")
+    expect(page.get_by_test_id(f"release-{shop.deferred}")).to_be_hidden()
+    expect(page.get_by_test_id(f"session-skip-tracking-{shop.stuck_session}")).to_be_hidden()
+    no_errors(page)
+    screenshot(page, "waiting")
+
+
+def test_following_a_conversation(page: Page, readonly: Server, shop: Shop,
+                                  screenshot: Screenshot) -> None:
+    page.goto(readonly.url + "/conversation")
+    states = page.get_by_test_id("conversation-table").locator("tbody tr")
+    # a whole order: placed, then billed and packed - every copy processed
+    page.get_by_test_id("conversation-id").fill(shop.conversation)
+    page.get_by_test_id("conversation-go").click()
+    expect(page.get_by_test_id("message-count")).to_have_text("3")
+    expect(states).to_have_count(3)
+    assert {row.get_attribute("data-state") for row in states.all()} == {"processed"}
+    # an order whose card was declined: placed and packed, its billing copy poisoned
+    failed = shop.failed_orders[0]
+    page.get_by_test_id("conversation-id").fill(f"conv-{failed}")
+    page.get_by_test_id("conversation-go").click()
+    expect(page.locator('[data-testid="conversation-table"] tbody tr[data-state="poisoned"]')
+           ).to_have_count(1)
+    expect(states.filter(has_text="billing")).to_have_attribute("data-state", "poisoned")
+    expect(states.filter(has_text="shipping")).to_have_attribute("data-state", "processed")
+    picture = page.get_by_test_id("conversation-picture")
+    expect(picture.locator("svg")).to_have_count(1)  # the flow picture
+    expect(picture).to_contain_text("billing")
+    no_errors(page)
+    screenshot(page, "conversation")
+
+
+def test_read_only_refuses_actions(page: Page, readonly: Server, shop: Shop) -> None:
+    api = page.request
+    for path, body in (("/api/endpoints/orders/pause", {"seconds": 60, "reason": "x"}),
+                       ("/api/endpoints/orders/resume", {}),
+                       ("/api/failed/billing/replay", {"ids": []}),
+                       ("/api/failed/billing/purge", {"ids": []})):
+        response = api.post(readonly.url + path, data=body)
+        assert response.status == 403, (path, response.status, response.text())
+        assert "read-only" in response.json()["detail"]
+    assert shop.bus.paused("orders") is None
+    assert shop.poisoned("billing") == len(shop.failed_orders)
+
+
+# -- actions -------------------------------------------------------------------------------
+def test_replaying_a_failed_group_processes_each_message_once(
+        page: Page, actions: Server, fresh_shop: Shop, screenshot: Screenshot) -> None:
+    shop = fresh_shop
+    failed = len(shop.failed_orders)
+    assert [shop.charged(order) for order in shop.failed_orders] == [0] * failed
+    shop.declined.clear()  # the card gateway accepts them now
+    page.goto(actions.url + "/failed")
+    expect(page.get_by_test_id("mode")).to_have_text("actions allowed")
+    billing = group(page, "billing")
+    billing.locator('[data-testid^="group-select-"]').check()
+    expect(page.get_by_test_id("replay-selected")).to_contain_text(f"({failed})")
+    page.get_by_test_id("replay-selected").click()
+    dialog = page.get_by_test_id("confirm-dialog")
+    expect(dialog).to_be_visible()
+    expect(page.get_by_test_id("confirm-text")).to_contain_text(  # names how many
+        re.compile(rf"\b{failed}\b[^0-9]*message"))
+    screenshot(page, "replay")
+    page.get_by_test_id("confirm-yes").click()
+    expect(dialog).to_be_hidden()
+    expect(page.get_by_test_id("action-result")).to_contain_text(str(failed))
+    expect(group(page, "billing")).to_have_count(0)  # the page reloads: the group is gone
+    assert shop.poisoned("billing") == 0
+    # the replayed messages go through billing once each (and nothing else is redone)
+    outcomes = drain(shop.bus).total()
+    assert outcomes.get("processed", 0) >= failed and "poisoned" not in outcomes
+    assert [shop.charged(order) for order in shop.failed_orders] == [1] * failed
+    assert [shop.packed(order) for order in shop.failed_orders] == [1] * failed
+    assert shop.poisoned("billing") == 0
+    page.get_by_test_id("refresh").click()
+    expect(group(page, "billing")).to_have_count(0)
+
+
+def test_pausing_and_resuming_an_endpoint(page: Page, actions: Server, fresh_shop: Shop,
+                                          screenshot: Screenshot) -> None:
+    bus = fresh_shop.bus
+    page.goto(actions.url + "/")
+    row = page.get_by_test_id("endpoint-row-orders")
+    page.get_by_test_id("pause-orders").click()
+    page.get_by_test_id("pause-minutes").fill("30")
+    page.get_by_test_id("pause-reason").fill("database migration")
+    page.get_by_test_id("pause-submit").click()
+    expect(field(row, "paused")).to_contain_text("database migration")
+    expect(page.get_by_test_id("resume-orders")).to_be_visible()
+    paused = bus.paused("orders")
+    assert paused is not None and paused.reason == "database migration"
+    screenshot(page, "paused")
+    page.get_by_test_id("resume-orders").click()
+    expect(field(row, "paused")).to_have_text("no")
+    expect(page.get_by_test_id("pause-orders")).to_be_visible()
+    assert bus.paused("orders") is None

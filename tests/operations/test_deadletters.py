@@ -1,0 +1,147 @@
+"""Dead letters: list, replay exactly once, purge - on the in-memory backend and Azurite,
+and the ``python -m bus dlq`` commands against Azurite."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Iterator
+
+import pytest
+from click.testing import CliRunner
+
+from bus import Bus
+from bus.operations.cli import main
+from bus.protocol.deadletters import ReplayResult
+from bus.protocol.inbox import TokenState
+from bus.storage import NotFound, Storage
+from bus.testing import drain
+from tests.support import dlq_app
+from tests.support.dlq_app import Charge
+
+
+@pytest.fixture(autouse=True)
+def _failing() -> Iterator[None]:
+    dlq_app.FAILING["on"] = True
+    yield
+    dlq_app.FAILING["on"] = True
+
+
+def charged(bus: Bus, order_id: str) -> int:
+    try:
+        row = bus.storage.tables.get(bus.names.state_table("payments"), order_id, "charge")
+    except NotFound:
+        return 0
+    return int(row.properties["times"])  # type: ignore[arg-type]
+
+
+def poisoned(bus: Bus, order_id: str) -> str:
+    bus.send(Charge(order_id=order_id, amount=7))
+    assert drain(bus, fail_fast=False).total() == {"poisoned": 1}
+    [letter] = bus.dead_letters("payments").entries()
+    assert letter.token is TokenState.PARKED and letter.replayable
+    assert letter.entry.exception == f"RuntimeError: gateway down for {order_id}"
+    assert letter.entry.dequeue_count == 2 and "max delivery count" in letter.entry.reason
+    return letter.id
+
+
+def test_replay_processes_a_dead_letter_exactly_once(storage: Storage, prefix: str) -> None:
+    bus = dlq_app.build(storage, prefix)
+    entry = poisoned(bus, "o1")
+    dlq_app.FAILING["on"] = False  # the gateway is back
+    letters = bus.dead_letters("payments")
+    assert letters.replay({entry}) == {entry: ReplayResult.REPLAYED}
+    assert letters.replay() == {}  # the entry is gone: a second replay finds nothing
+    assert drain(bus).total() == {"processed": 1}
+    assert charged(bus, "o1") == 1
+
+
+def test_an_interrupted_replay_resends_and_a_stale_entry_is_dropped(storage: Storage,
+                                                                    prefix: str) -> None:
+    bus = dlq_app.build(storage, prefix)
+    entry = poisoned(bus, "o2")
+    dlq_app.FAILING["on"] = False
+    # A replay that died after unparking the token: the entry is still there, the token live.
+    [letter] = bus.dead_letters("payments").entries()
+    assert letter.entry.envelope is not None
+    token = bus.inbox.read("payments", letter.entry.envelope.attempt_id)
+    assert token is not None and bus.inbox.unpark(token, 0.0)
+    assert bus.dead_letters("payments").replay() == {entry: ReplayResult.RESENT}
+    bus.storage.queues.send(bus.names.queue("payments"), letter.entry.original_body)  # a copy
+    assert drain(bus).total() == {"processed": 1, "duplicate": 1}
+    assert charged(bus, "o2") == 1
+    # An entry whose message was processed since is stale: replaying removes it, sends nothing.
+    bus.poison_queue("payments").put(letter.entry.original_body, reason="again",
+                                     dequeue_count=1, now=0.0, envelope=letter.entry.envelope)
+    [again] = bus.dead_letters("payments").entries()
+    assert bus.dead_letters("payments").replay() == {again.id: ReplayResult.STALE}
+    assert bus.storage.queues.depth(bus.names.queue("payments")) == 0
+
+
+def test_a_signal_the_host_moved_is_adopted_and_replayed(storage: Storage,
+                                                         prefix: str) -> None:
+    bus = dlq_app.build(storage, prefix)
+    dlq_app.FAILING["on"] = False
+    bus.send(Charge(order_id="o3", amount=3))
+    [message] = bus.storage.queues.receive(bus.names.queue("payments"), max_messages=1,
+                                           lease=30)
+    # The Functions host copies a message it gave up on to <queue>-poison unchanged.
+    bus.storage.queues.send(bus.names.poison_queue("payments"), message.body)
+    bus.storage.queues.delete(bus.names.queue("payments"), message)
+    [letter] = bus.dead_letters("payments").entries()  # adopted: an entry of the bus's own
+    assert "by the host" in letter.entry.reason and letter.token is TokenState.PARKED
+    assert bus.dead_letters("payments").replay() == {letter.id: ReplayResult.REPLAYED}
+    assert drain(bus).total() == {"processed": 1}
+    assert charged(bus, "o3") == 1
+
+
+def test_purge_removes_the_entry_and_its_parked_token(storage: Storage, prefix: str) -> None:
+    bus = dlq_app.build(storage, prefix)
+    entry = poisoned(bus, "o4")
+    [letter] = bus.dead_letters("payments").entries()
+    assert bus.dead_letters("payments").purge({entry}) == [entry]
+    assert bus.dead_letters("payments").entries() == []
+    dlq_app.FAILING["on"] = False
+    bus.storage.queues.send(bus.names.queue("payments"), letter.entry.original_body)
+    assert drain(bus).total() == {"duplicate": 1}  # a late copy of a purged message does nothing
+    assert charged(bus, "o4") == 0
+
+
+@pytest.mark.azurite
+def test_dlq_commands(azurite_connection: str, prefix: str,
+                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # The commands import the app module as `--app` names it; this one builds its bus from
+    # the environment at import, as a Functions app does.
+    monkeypatch.setenv("DLQ_APP_STORAGE", azurite_connection)
+    monkeypatch.setenv("DLQ_APP_PREFIX", prefix)
+    importlib.reload(dlq_app)
+    try:
+        assert dlq_app.bus is not None
+        _run_dlq_commands(dlq_app.bus)
+    finally:
+        monkeypatch.delenv("DLQ_APP_STORAGE")
+        importlib.reload(dlq_app)
+
+
+def _run_dlq_commands(bus: Bus) -> None:
+    entry = poisoned(bus, "o5")
+    runner = CliRunner()
+    app = ["--app", "tests.support.dlq_app"]
+    listed = runner.invoke(main, ["dlq", "list", "payments", "--json", *app])
+    assert listed.exit_code == 0, listed.output
+    [row] = [json.loads(line) for line in listed.output.splitlines()]
+    assert row["id"] == entry and row["token"] == "parked" and row["message_type"] == "Charge"
+    shown = runner.invoke(main, ["dlq", "show", "payments", entry, *app])
+    assert shown.exit_code == 0 and "gateway down for o5" in shown.output
+    assert runner.invoke(main, ["dlq", "replay", "payments", *app]).exit_code == 2  # no ids
+    dlq_app.FAILING["on"] = False
+    replayed = runner.invoke(main, ["dlq", "replay", "payments", "--all", *app])
+    assert replayed.exit_code == 0 and f"{entry}  replayed" in replayed.output
+    assert drain(bus).total() == {"processed": 1} and charged(bus, "o5") == 1
+    missing = runner.invoke(main, ["dlq", "replay", "payments", "nope", *app])
+    assert missing.exit_code == 1 and "nope  not found" in missing.output
+    dlq_app.FAILING["on"] = True
+    poisoned(bus, "o6")
+    purged = runner.invoke(main, ["dlq", "purge", "payments", "--all", "--yes", *app])
+    assert purged.exit_code == 0 and "1 purged" in purged.output
+    assert bus.dead_letters("payments").entries() == []
