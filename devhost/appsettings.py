@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from bus.appsettings import LocalSettings
+from bus.errors import ConfigurationError
+
 
 def load_local_settings(script_root: Path) -> dict[str, str]:
-    """``local.settings.json`` Values, as ``func start`` applies them (the environment wins)."""
-    path = script_root / "local.settings.json"
-    if not path.exists():
-        return {}
-    values = json.loads(path.read_text()).get("Values", {})
-    return {k: str(v) for k, v in values.items()}
+    """``local.settings.json`` Values, as ``func start`` applies them (the environment wins);
+    read as the command line reads them (``bus.appsettings``)."""
+    try:
+        return dict(LocalSettings.of(script_root).values)
+    except ConfigurationError as exc:
+        raise SystemExit(f"devhost: {exc}") from exc
 
 
 def resolve(value: str, environ: Mapping[str, str] | None = None) -> str:

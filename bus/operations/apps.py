@@ -3,7 +3,9 @@
 An app reference is a module name (``function_app``), optionally followed by ``:attribute``
 when the module defines several buses. The module is imported with the current directory (or
 ``root``) first on ``sys.path``, as the Functions host imports ``function_app.py``. A module-level
-``BusFunctions`` counts as its ``.bus``.
+``BusFunctions`` counts as its ``.bus``. The app's settings are the environment's, over the
+``Values`` of a ``local.settings.json`` in that directory, as ``func start`` applies them
+(``bus.appsettings``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from bus.appsettings import LocalSettings
 from bus.bus import Bus
 from bus.errors import ConfigurationError
 
@@ -28,6 +31,9 @@ class AppError(Exception):
 
 def load_bus(app: str = DEFAULT_APP, *, root: Path | None = None, offline: bool = False) -> Bus:
     """Import the app ``module[:attribute]`` and return its bus.
+
+    The app's ``local.settings.json`` Values (in ``root``, default the current directory) are
+    in the environment while it is imported, where the environment has none of its own.
 
     ``offline``: when no storage connection is configured, import the app with a placeholder
     connection to the local emulator. Building a bus makes no storage request, so commands
@@ -62,10 +68,15 @@ def _import(module_name: str, root: Path, offline: bool) -> object:
     if path not in sys.path:
         sys.path.insert(0, path)
     try:
-        with _placeholder_connection(enabled=offline):
-            return importlib.import_module(module_name)
+        local = LocalSettings.of(root)
     except ConfigurationError as exc:
         raise AppError(f"app {module_name!r} does not start: {exc}") from exc
+    try:
+        with local.applied(), _placeholder_connection(enabled=offline):
+            return importlib.import_module(module_name)
+    except ConfigurationError as exc:
+        raise AppError(f"app {module_name!r} does not start (settings read from "
+                       f"{local.source()}): {exc}") from exc
     except ImportError as exc:
         raise AppError(f"cannot import app module {module_name!r} from {path}: {exc}; run "
                        "from the app's root directory or pass --app") from exc
