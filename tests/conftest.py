@@ -34,6 +34,22 @@ WORKER_MODULES = ("devhost.worker", "devhost.host", "azure_functions_runtime")
 """Importing any of these (anywhere in a test module) runs Microsoft's Functions worker."""
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    # The simulation's slice that follows the commit (tests/sim/conftest.py); declared here, in
+    # the root conftest, so that pytest knows the options before it collects tests/sim.
+    group = parser.getgroup("simulation")
+    group.addoption("--sim-slice", type=int, default=300,
+                    help="runs in the simulation slice that follows the commit (default 300)")
+    group.addoption("--sim-base", type=int, default=None,
+                    help="first seed of that slice (default: from git rev-parse HEAD)")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    from tests.sim.seeds import header
+
+    return header(config)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         closure = getattr(item, "fixturenames", ())

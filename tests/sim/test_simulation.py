@@ -2,7 +2,7 @@
 
 Three sizes (docs/testing.md): ``make check`` runs a fixed handful of seeds that between them
 inject every kind of fault and every session event, and each break at a seed known to fail;
-``make test`` adds the slice of seeds that follows the commit (``tests/sim/conftest.py``);
+``make test`` adds the slice of seeds that follows the commit (``tests/sim/seeds.py``);
 ``make test-all`` runs 2,000 seeds and searches each break's first failing seed among 300
 (``python -m bus.testing.simulate --every-break``).
 """
