@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TypeVar
 
 from bus.addressing import Addressing, destination_name
 from bus.context import check_key, seconds, ttl_seconds
@@ -20,7 +21,7 @@ from bus.middleware import Middleware, Outgoing, SendNext, sending_chain
 from bus.naming import Names
 from bus.observability import Telemetry
 from bus.observability.stats import StatsBook
-from bus.protocol.admission import Admission
+from bus.protocol.admission import Admission, EndpointRouting, Routing
 from bus.protocol.backpressure import Room
 from bus.protocol.counters import Counters
 from bus.protocol.courier import Courier
@@ -52,6 +53,7 @@ from bus.storage import Entity, EntityValue, Missing, NotFound, Storage
 from bus.storage.observed import observed_storage
 from bus.topology import Readers, Topology
 
+T = TypeVar("T")
 _PAUSE_KEY = ("~bus", "~pause")  # a row key users cannot write (state keys never start with ~)
 
 
@@ -397,15 +399,24 @@ class Bus:
         return Dispatcher(courier=self.courier, outbox=outbox, new_id=self.new_id,
                           safeguards=self.safeguards, telemetry=self.telemetry)
 
+    def admission(self, endpoint: str, routing: Routing[T]) -> Admission[T]:
+        """The admission of ``endpoint``'s queue for a reader that takes copies as ``routing``
+        does: the receiver's (``EndpointRouting``) and a Spark read's are built here alike."""
+        return Admission(
+            endpoint=endpoint, routing=routing, inbox=self.inbox, payloads=self.payloads,
+            poisoning=self._poisoning(endpoint), queues=self._storage.queues,
+            queue=self.names.queue(endpoint), clock=self.clock, safeguards=self.safeguards,
+            sealer=self.sealer)
+
+    def _poisoning(self, endpoint: str) -> Poisoning:
+        return Poisoning(endpoint=endpoint, inbox=self.inbox,
+                         poison=self.poison_queue(endpoint), clock=self.clock)
+
     def _build_receiver(self, endpoint: Endpoint) -> Receiver:
         outbox, dispatcher = self._outbox(endpoint.name)
-        poisoning = Poisoning(endpoint=endpoint.name, inbox=self.inbox,
-                              poison=self.poison_queue(endpoint.name), clock=self.clock)
-        admission = Admission(
-            endpoint=endpoint, inbox=self.inbox, payloads=self.payloads,
-            serializer=self.serializer, poisoning=poisoning, queues=self._storage.queues,
-            queue=self.names.queue(endpoint.name), clock=self.clock, safeguards=self.safeguards,
-            sealer=self.sealer)
+        poisoning = self._poisoning(endpoint.name)
+        admission = self.admission(
+            endpoint.name, EndpointRouting(endpoint, self.serializer, self.inbox.limits))
         handling = Handling(
             endpoint=endpoint, tables=self._storage.tables,
             state_table=self.names.state_table(endpoint.name),

@@ -1,15 +1,17 @@
-"""Admission: steps 1-2 of receiving a signal, before its partition is claimed.
+"""Admission: steps 1-2 of receiving a signal, before its partition is claimed - for every
+reader of an endpoint's queue, the receiver and a Spark read alike.
 
-1. decode the envelope and check its signature (``sealing``: before anything reads or writes
-   on the copy's behalf; a copy that fails is poisoned with the reason, its token untouched);
-   route it: addressed here, a content type this endpoint reads, a
-   message type it handles (anything else is poisoned with the reason);
-2. a copy whose time-to-live ended (``expires_at`` past, by this receiver's clock) is poisoned
-   as expired, its token parked - unless its token says it is a duplicate (``Poisoning.expired``);
-   a scheduled copy that arrived early goes back on the queue with its remaining delay;
-   otherwise fetch the payload (claim check; checked against the signed digest, decrypted),
-   validate the message against the route's
-   contract and map it to its state partition and the state rows its route reads.
+1. ``authenticate``: decode the envelope and check its signature (``sealing``: before anything
+   reads or writes on the copy's behalf; a copy that fails is poisoned with the reason, its
+   token untouched); route it (``Routing``: addressed here, a content type and message type
+   this reader takes; anything else is poisoned with the reason);
+2. ``screen``: a copy whose time-to-live ended (``expires_at`` past, by this reader's clock)
+   is poisoned as expired, its token parked - unless its token says it is a duplicate
+   (``Poisoning.expired``); a scheduled copy that arrived early goes back on the queue with its
+   remaining delay; otherwise fetch the payload (confined to the bus's container; claim check;
+   checked against the signed digest, decrypted) and let the routing decode it: for an
+   endpoint, validate the message against the route's contract and map it to its state
+   partition and the state rows its route reads (``EndpointRouting``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Generic, Protocol, TypeVar
 
 from bus.context import check_key
 from bus.endpoint import Endpoint, Route
@@ -36,6 +39,27 @@ from bus.protocol.verdict import Verdict, verdict
 from bus.serialization import Serializer
 from bus.storage import Queues
 from bus.storage.limits import StorageLimits
+
+T_co = TypeVar("T_co", covariant=True)
+T = TypeVar("T")
+
+
+class Routing(Protocol[T_co]):
+    """What a reader of an endpoint's queue takes: which copies (``refusal``) and what it
+    makes of an admitted copy's payload (``decode``)."""
+
+    def refusal(self, envelope: Envelope) -> str | None:
+        """Why this reader does not take the copy (it is poisoned with that reason), or
+        None."""
+        ...
+
+    def decode(self, envelope: Envelope, payload: bytes) -> T_co:
+        """The admitted copy, its payload opened (verified and decrypted).
+
+        Raises:
+            BadSignal: the payload is not what this reader takes (the copy is poisoned).
+        """
+        ...
 
 
 @dataclass(frozen=True)
@@ -57,28 +81,27 @@ class Admitted:
         return (session_row_key(self.session), *self.reads)
 
 
-class Admission:
-    """Admits the signals of one endpoint."""
+class Admission(Generic[T]):
+    """Admits the signals of one endpoint's queue, as ``routing`` takes them."""
 
-    def __init__(self, *, endpoint: Endpoint, inbox: Inbox, payloads: Payloads,
-                 serializer: Serializer, poisoning: Poisoning, queues: Queues, queue: str,
+    def __init__(self, *, endpoint: str, routing: Routing[T], inbox: Inbox, payloads: Payloads,
+                 poisoning: Poisoning, queues: Queues, queue: str,
                  clock: Callable[[], float], safeguards: Safeguards,
                  sealer: Sealer | None = None) -> None:
         self._endpoint = endpoint
+        self._routing = routing
         self._inbox = inbox
         self._payloads = payloads
-        self._serializer = serializer
         self._poisoning = poisoning
         self._queues = queues
         self._queue = queue
         self._clock = clock
         self._safeguards = safeguards
         self._sealer = sealer or Sealer()
-        self._limits = inbox.limits
 
     @property
     def endpoint(self) -> str:
-        return self._endpoint.name
+        return self._endpoint
 
     def now(self) -> float:
         return self._clock()
@@ -92,21 +115,33 @@ class Admission:
             return exc
 
     def admit(self, item: Incoming, decoded: Envelope | BadSignal | None = None,
-              ) -> Admitted | Outcome:
+              ) -> T | Outcome:
         """The admitted signal, or its outcome when it goes no further (acknowledged).
         ``decoded``: what ``decode`` made of it, when the caller has it already."""
-        envelope = self.decode(item) if decoded is None else decoded
-        if isinstance(envelope, BadSignal):
-            return self._poisoning.bad(item.body, None, str(envelope), item.dequeue_count,
+        envelope = self.authenticate(item, self.decode(item) if decoded is None else decoded)
+        if isinstance(envelope, Outcome):
+            return envelope
+        return self.screen(item, envelope)
+
+    def authenticate(self, item: Incoming, decoded: Envelope | BadSignal) -> Envelope | Outcome:
+        """Step 1: the copy's envelope, signed as its source's key requires and routed to this
+        reader, or its outcome (poisoned, acknowledged)."""
+        if isinstance(decoded, BadSignal):
+            return self._poisoning.bad(item.body, None, str(decoded), item.dequeue_count,
                                        item.ack)
-        forged = self._sealer.check(envelope)
+        forged = self._sealer.check(decoded)
         if forged is not None:
-            return self._poisoning.unverified(item.body, envelope, forged, item.dequeue_count,
+            return self._poisoning.unverified(item.body, decoded, forged, item.dequeue_count,
                                               item.ack)
-        problem, route = self._route(envelope)
-        if route is None:
-            return self._poisoning.bad(item.body, envelope, problem, item.dequeue_count,
+        problem = self._routing.refusal(decoded)
+        if problem is not None:
+            return self._poisoning.bad(item.body, decoded, problem, item.dequeue_count,
                                        item.ack)
+        return decoded
+
+    def screen(self, item: Incoming, envelope: Envelope) -> T | Outcome:
+        """Step 2, for an authenticated copy: alive, due, its payload confined, present and
+        opened, then decoded by the routing - or its outcome (acknowledged)."""
         expiry = expired(envelope, self._clock())
         if expiry is not None:  # before the payload is read: an expired copy is not handled
             return self._poisoning.expired(item.body, envelope, expiry, item.dequeue_count,
@@ -127,7 +162,7 @@ class Admission:
         if payload is None:
             return self._payload_missing(envelope, item)
         try:
-            return self._decode(envelope, route, self._sealer.open(envelope, payload))
+            return self._routing.decode(envelope, self._sealer.open(envelope, payload))
         except BadSignal as exc:
             return self._poisoning.bad(item.body, envelope, str(exc), item.dequeue_count,
                                        item.ack)
@@ -157,26 +192,38 @@ class Admission:
         item.ack()
         return dropped(found)
 
-    def _route(self, envelope: Envelope) -> tuple[str, Route | None]:
-        if envelope.destination != self.endpoint:
-            return (f"signal addressed to {envelope.destination!r} arrived at "
-                    f"{self.endpoint!r}", None)
-        if envelope.content_type != self._serializer.content_type:
-            return (f"content type {envelope.content_type!r} is not supported here "
-                    f"(expected {self._serializer.content_type!r})", None)
-        route = self._endpoint.route(envelope.message_type)
-        if route is None:
-            known = ", ".join(sorted(self._endpoint.routes)) or "nothing"
-            return (f"unknown message type {envelope.message_type!r} for endpoint "
-                    f"{self.endpoint!r} (it handles {known})", None)
-        return "", route
-
     def _payload(self, envelope: Envelope) -> bytes | None:
         if envelope.payload_ref is None:
             return envelope.inline_payload()
         return self._payloads.get(envelope.payload_ref)
 
-    def _decode(self, envelope: Envelope, route: Route, payload: bytes) -> Admitted:
+
+class EndpointRouting:
+    """An endpoint's routing: copies addressed to it, in its serializer's content type, of a
+    message type it handles; decoded into its route's contract, partition and reads."""
+
+    def __init__(self, endpoint: Endpoint, serializer: Serializer,
+                 limits: StorageLimits) -> None:
+        self._endpoint = endpoint
+        self._serializer = serializer
+        self._limits = limits
+
+    def refusal(self, envelope: Envelope) -> str | None:
+        name = self._endpoint.name
+        if envelope.destination != name:
+            return f"signal addressed to {envelope.destination!r} arrived at {name!r}"
+        if envelope.content_type != self._serializer.content_type:
+            return (f"content type {envelope.content_type!r} is not supported here "
+                    f"(expected {self._serializer.content_type!r})")
+        if self._endpoint.route(envelope.message_type) is None:
+            known = ", ".join(sorted(self._endpoint.routes)) or "nothing"
+            return (f"unknown message type {envelope.message_type!r} for endpoint {name!r} "
+                    f"(it handles {known})")
+        return None
+
+    def decode(self, envelope: Envelope, payload: bytes) -> Admitted:
+        route = self._endpoint.route(envelope.message_type)
+        assert route is not None  # refusal() saw to it
         try:
             message = self._serializer.loads(payload, route.contract)
         except PayloadError as exc:

@@ -114,7 +114,7 @@ def _processed(slot: Slot) -> Outcome:
 class Receiver:
     """Receives the signals of one endpoint: admission, the claim, handling, dispatch."""
 
-    def __init__(self, *, admission: Admission, handling: Handling, poisoning: Poisoning,
+    def __init__(self, *, admission: Admission[Admitted], handling: Handling, poisoning: Poisoning,
                  inbox: Inbox, outbox: Outbox, payloads: Payloads, dispatcher: Dispatcher,
                  safeguards: Safeguards, slots: SlotCache | None = None,
                  telemetry: Telemetry | None = None, parent_on_message: bool = False,

@@ -4,12 +4,15 @@ A Spark reader is an endpoint without handlers: its queue is ``names.queue(endpo
 message copy may be taken only while its inbox token is live (docs/protocol.md). Taking a batch:
 
 1. receive up to 32 queue messages and take bundles apart into their signals
-   (``bus.protocol.bundles``); decode them and check their signatures (garbage, a wrong
-   destination, a payload that is not the expected contract: poison queue with the reason,
-   token parked; a signature that does not hold: poison queue, token untouched, as a
-   receiver does: ``bus.protocol.sealing``);
-2. read their tokens in one request: gone or fenced - a duplicate, delete it; parked - already
-   in the poison queue; live - take it (fetch its payload, from the claim check if need be);
+   (``bus.protocol.bundles``); admit each through the receiver's own admission
+   (``bus.protocol.admission``, with this reader's routing): a signature that does not hold -
+   poison queue, token untouched; garbage, a wrong destination, a payload that is not the
+   expected contract, a claim check outside the bus's container - poison queue with the
+   reason, token parked; a time-to-live that ended - poisoned as expired; a scheduled copy
+   that arrived early - back on the queue until due. What an endpoint would dead-letter, a
+   Spark read dead-letters;
+2. read the admitted copies' tokens in one request: gone or fenced - a duplicate, delete it;
+   parked - already in the poison queue; live - take it;
 3. stage the taken messages under the batch's key (row key: the attempt id, so a copy staged
    twice is one row);
 4. settle them: consume the token, delete the claim-check blob and the queue message (a
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import json
 import logging
 import time
@@ -38,14 +42,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from bus.bus import Bus
-from bus.envelope import BadSignal, Envelope, PayloadRef, decode_signal
+from bus.envelope import BadSignal, Envelope, PayloadRef
 from bus.errors import ConfigurationError, PayloadError
 from bus.integrations.spark.columns import Selection, row_of
 from bus.integrations.spark.staging import MARKER, StagedRow, Staging, each, retried
 from bus.messages import Message
 from bus.protocol.bundles import Part, parts
-from bus.protocol.inbox import Token
+from bus.protocol.delivery import Incoming, Outcome
 from bus.protocol.verdict import Verdict, verdict
+from bus.serialization import Serializer
 from bus.storage import EntityValue, NotFound, QueueMessage
 
 log = logging.getLogger("bus.spark")
@@ -57,6 +62,55 @@ class _Taken:
     payload: str
     binary: bool
     """``payload`` is the base64 of binary bytes."""
+
+
+@dataclass(frozen=True)
+class _Opened:
+    """An admitted copy as a reader keeps it: its payload as text (base64 for binary
+    bytes)."""
+
+    envelope: Envelope
+    payload: str
+    binary: bool
+
+
+class ReaderRouting:
+    """What a Spark reader of ``endpoint`` takes: copies addressed to it and, with a
+    ``contract``, of that message type, in the serializer's content type, valid against it
+    (the payload is kept as it came; binary bytes as base64)."""
+
+    def __init__(self, endpoint: str, contract: type[Message] | None,
+                 serializer: Serializer) -> None:
+        self._endpoint = endpoint
+        self._contract = contract
+        self._serializer = serializer
+
+    def refusal(self, envelope: Envelope) -> str | None:
+        if envelope.destination != self._endpoint:  # its token is another endpoint's
+            return (f"signal addressed to {envelope.destination!r} arrived at "
+                    f"{self._endpoint!r}")
+        contract = self._contract
+        if contract is None:
+            return None
+        if envelope.message_type != contract.message_type:
+            return (f"message type {envelope.message_type!r} arrived at {self._endpoint!r}, "
+                    f"whose reader expects {contract.message_type!r}")
+        if envelope.content_type != self._serializer.content_type:
+            return (f"content type {envelope.content_type!r} is not supported here "
+                    f"(expected {self._serializer.content_type!r})")
+        return None
+
+    def decode(self, envelope: Envelope, payload: bytes) -> _Opened:
+        if self._contract is not None:
+            try:
+                self._serializer.loads(payload, self._contract)
+            except PayloadError as exc:
+                raise BadSignal(str(exc)) from exc
+        binary = (envelope.payload_encoding == "base64" if envelope.encryption is None
+                  else not self._serializer.text)  # a ciphertext is base64 whatever it hid
+        if binary:  # kept base64-encoded
+            return _Opened(envelope, base64.b64encode(payload).decode("ascii"), True)
+        return _Opened(envelope, payload.decode("utf-8"), False)
 
 
 class Drainer:
@@ -72,6 +126,8 @@ class Drainer:
         self._contract = contract
         self._lease = lease_seconds
         self._parallelism = parallelism
+        self._admission = bus.admission(endpoint, ReaderRouting(endpoint, contract,
+                                                                bus.serializer))
         self.received = 0
         """Queue messages received so far (each time it is received)."""
 
@@ -148,29 +204,31 @@ class Drainer:
               seen: set[str]) -> tuple[list[_Taken], list[Part[QueueMessage]]]:
         """The received signals (a bundle's taken apart: ``bus.protocol.bundles``) that can
         be taken, and the copies of ones taken already; settles the rest."""
-        decoded: list[tuple[Part[QueueMessage], Envelope]] = []
-        for part in received:
-            try:
-                envelope = decode_signal(part.body)
-            except BadSignal as exc:
-                self._poison(part, None, str(exc), None)
-                continue
-            if envelope.destination != self.endpoint:  # its token is another endpoint's
-                self._poison(part, envelope, f"signal addressed to "
-                             f"{envelope.destination!r} arrived at {self.endpoint!r}", None)
-                continue
-            forged = self._bus.sealer.check(envelope)
-            if forged is not None:  # before its token is read: it is not trusted to name one
-                self._poison(part, envelope, forged, None)
-                continue
-            decoded.append((part, envelope))
-        tokens = self._staging.retried(self._bus.inbox.read_many, self.endpoint,
-                         [envelope.attempt_id for _, envelope in decoded])
-        taken: list[_Taken] = []
+        admitted: list[tuple[Part[QueueMessage], _Opened]] = []
         extra: list[Part[QueueMessage]] = []
-        for part, envelope in decoded:
-            token = tokens.get(envelope.attempt_id)
-            found = verdict(token)
+        for part in received:
+            item = Incoming(part.body, part.dequeue_count, ack=functools.partial(self._delete,
+                                                                                 part))
+            # Retried whole on a transient error: a poisoning run twice finds the token it
+            # parked and drops the copy; a copy put back twice is one message to its token.
+            envelope = self._staging.retried(self._admission.authenticate, item,
+                                             self._admission.decode(item))
+            if isinstance(envelope, Outcome):
+                continue  # poisoned, and settled
+            if envelope.attempt_id in seen:
+                # Taken by this read already, its token live until the read commits: not
+                # screened again (an expired copy of it must not park that token).
+                extra.append(part)
+                continue
+            opened = self._staging.retried(self._admission.screen, item, envelope)
+            if not isinstance(opened, Outcome):  # else poisoned, put back or dropped: settled
+                admitted.append((part, opened))
+        tokens = self._staging.retried(self._bus.inbox.read_many, self.endpoint,
+                         [opened.envelope.attempt_id for _, opened in admitted])
+        taken: list[_Taken] = []
+        for part, opened in admitted:
+            envelope = opened.envelope
+            found = verdict(tokens.get(envelope.attempt_id))
             if envelope.attempt_id in seen:
                 extra.append(part)  # another copy of a signal taken already
             elif found.payload_is_garbage:
@@ -178,47 +236,9 @@ class Drainer:
             elif found is not Verdict.PROCESS:
                 self._delete(part)  # in the poison queue, or set aside by a handler
             else:
-                problem, payload, binary = self._payload(envelope)
-                if payload is None:
-                    self._poison(part, envelope, problem, token)
-                    continue
                 seen.add(envelope.attempt_id)
-                taken.append(_Taken(part, envelope, payload, binary))
+                taken.append(_Taken(part, envelope, opened.payload, opened.binary))
         return taken, extra
-
-    def _payload(self, envelope: Envelope) -> tuple[str, str | None, bool]:
-        """The payload as text (base64 for binary bytes: the third value says so), or why it
-        cannot be taken."""
-        contract = self._contract
-        if contract is not None and envelope.message_type != contract.message_type:
-            return (f"message type {envelope.message_type!r} arrived at {self.endpoint!r}, "
-                    f"whose reader expects {contract.message_type!r}", None, False)
-        if envelope.payload_ref is None:
-            data = envelope.inline_payload()
-        elif not self._bus.payloads.confined(envelope, self.endpoint):
-            return self._bus.payloads.outside(envelope, self.endpoint), None, False
-        else:
-            try:
-                found = self._staging.retried(self._bus.payloads.get, envelope.payload_ref)
-            except PayloadError as exc:
-                return str(exc), None, False
-            if found is None:
-                return f"payload blob {envelope.payload_ref.blob} is missing", None, False
-            data = found
-        try:
-            data = self._bus.sealer.open(envelope, data)  # the signed digest; decryption
-        except BadSignal as exc:
-            return str(exc), None, False
-        if contract is not None:
-            try:
-                self._bus.serializer.loads(data, contract)
-            except PayloadError as exc:
-                return str(exc), None, False
-        binary = (envelope.payload_encoding == "base64" if envelope.encryption is None
-                  else not self._bus.serializer.text)  # a ciphertext is base64 whatever it hid
-        if binary:
-            return "", base64.b64encode(data).decode("ascii"), True  # kept base64-encoded
-        return "", data.decode("utf-8"), False
 
     def _row(self, taken: _Taken, seq: int, *, whole: bool) -> StagedRow:
         e = taken.envelope
@@ -308,16 +328,6 @@ class Drainer:
                                                                             self.endpoint):
             self._staging.retried(self._bus.payloads.delete, envelope.payload_ref)
         self._delete(part)
-
-    def _poison(self, part: Part[QueueMessage], envelope: Envelope | None, reason: str,
-                token: Token | None) -> None:
-        now = self._bus.clock()
-        self._staging.retried(self._bus.poison_queue(self.endpoint).put, part.body, reason=reason,
-                dequeue_count=part.dequeue_count, now=now, envelope=envelope)
-        if token is not None and verdict(token) is Verdict.PROCESS:
-            self._staging.retried(self._bus.inbox.park, token, now)
-        self._delete(part)
-        log.warning("poisoned a message at %s: %s", self.endpoint, reason)
 
 
 def _messages(rows: Sequence[Mapping[str, EntityValue]], *,

@@ -5,16 +5,18 @@ needs Spark 4.
 Writes: a batch write sends each row once from its task; a task that fails mid-partition and
 is retried sends nothing twice; a re-run sends only new rows; a driver that dies after the
 tasks sent loses and doubles nothing; a streaming sink; notebook contracts; a SAS or a
-credential provider on the executors. Reads: a batch read
-stages once per run key and settles on ``commit_read``, a failed one is read again by the next
-run whatever its run key; a streaming query that fails mid-batch and restarts from its
-checkpoint sees every message exactly once; ``Trigger.AvailableNow`` reads what is there, in
-several batches with ``max_rows_per_trigger`` (and on Spark 4.0/4.1's calls); batch reads and
+credential provider on the executors. Reads: a batch read stages once per run key and settles
+on ``commit_read``, a failed one is read again by the next run whatever its run key; a read
+admits copies as an endpoint does (an expired copy dead-lettered, one not yet due left queued);
+a streaming query that fails mid-batch and restarts from its checkpoint sees every message
+exactly once; ``Trigger.AvailableNow`` reads what is there, in several batches with
+``max_rows_per_trigger`` (and on Spark 4.0/4.1's calls); batch reads and
 micro-batches in several partitions. And the Spark 3.4 functions on the same session.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,9 @@ import pyspark
 import bus.spark
 from bus import Bus
 from bus.adapters.azure import AzureStorage
+from bus.protocol.inbox import TokenState
+from bus.seams import Seams
+from bus.testing import seamed_bus
 from tests.integrations.spark.contracts import LABEL, RecordSale, SaleRecorded
 from tests.integrations.spark.jobs import FailOnce
 
@@ -314,6 +319,33 @@ def test_a_failed_batch_read_is_read_again_by_the_next_run_whatever_its_run_key(
     assert bus.spark.receive(spark, "sink", run_key="r-1", **options).count() == 6
     again = bus.spark.receive(spark, "sink", run_key="r-2", **options)  # r-1 failed
     assert sorted(r.message_id for r in again.collect()) == [f"m{i}" for i in range(20, 26)]
+
+
+def test_a_batch_read_admits_copies_as_an_endpoint_does(
+        spark: Any, conn: dict[str, str], client: Bus) -> None:
+    """An expired copy is dead-lettered as expired and a copy not yet due stays queued (its
+    sender's clock an hour ahead: it is visible before it is due, and goes back until due) -
+    through the same admission as an endpoint's receiver. On both Spark lines."""
+    ahead = seamed_bus(Seams(clock=lambda: time.time() + 3600), client.storage,
+                       prefix=conn["prefix"], routes={RecordSale: "sink"})
+    ahead.send(RecordSale(sale_id="early", amount=1), message_id="early", delay=1)
+    client.send(RecordSale(sale_id="old", amount=2), message_id="old", ttl=1)
+    client.send(RecordSale(sale_id="fresh", amount=3), message_id="fresh")
+    time.sleep(2.5)  # the scheduled copy is visible now, the short-lived one has expired
+    options = {"connection_string": conn["connection_string"], "prefix": conn["prefix"]}
+    rows = bus.spark.receive(spark, "sink", run_key="admit", message_type=SALE, **options)
+    assert [r.message_id for r in rows.collect()] == ["fresh"]
+    assert bus.spark.commit_read("sink", "admit", **options) == 1
+    [poisoned] = client.storage.queues.receive(client.names.poison_queue("sink"),
+                                               max_messages=32, lease=1)
+    entry = client.poison_queue("sink").read(poisoned.body)
+    assert entry.envelope is not None and entry.envelope.message_id == "old"
+    assert entry.reason.startswith("expired: its time-to-live ended")
+    # The early copy went back on the queue with its remaining delay: queued, token live.
+    live = {t.message_id: t.state for t in client.inbox.all("sink")}
+    assert live == {"early": TokenState.LIVE, "old": TokenState.PARKED}
+    assert depth(client) == 1
+    assert bus.spark.receive(spark, "sink", run_key="again", **options).count() == 0
 
 
 def _fail(frames: Any) -> Any:
