@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Mapping
 from datetime import datetime, timezone
+from typing import Protocol
 
 from bus.envelope import Envelope, payload_text
 from bus.errors import RoutingError
@@ -17,8 +18,16 @@ from bus.ids import IdFactory
 from bus.messages import Command, Event, Message, topic_of
 from bus.naming import check_endpoint
 from bus.observability import Telemetry
-from bus.protocol.topics import Topics
 from bus.serialization import Serializer
+
+
+class Subscribers(Protocol):
+    """Who subscribes to a topic (``bus.protocol.topics.Topics``, the topic files)."""
+
+    def subscribers(self, topic: str) -> list[str]:
+        """The endpoints subscribed to ``topic`` now."""
+        ...
+
 
 SessionOf = Callable[[str, Message], "str | None"]
 """The session key a destination's handler gives a message (None: that handler has none)."""
@@ -27,7 +36,7 @@ Sequencer = Callable[[str, str], tuple[str, int]]
 
 
 class Addressing:
-    def __init__(self, *, source: str, routes: Mapping[str, str], topics: Topics,
+    def __init__(self, *, source: str, routes: Mapping[str, str], topics: Subscribers,
                  serializer: Serializer, new_id: IdFactory, clock: Callable[[], float],
                  known: Collection[str] | None = None,
                  seal: Callable[[Envelope], Envelope] = lambda e: e,

@@ -10,15 +10,17 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TypeVar
 
+from tenacity import Retrying
+
 from bus.addressing import Addressing, destination_name
+from bus.backoff import FIRST_WAIT, LONGEST_WAIT, backoff, transient_retries
 from bus.context import check_key, seconds, ttl_seconds
 from bus.endpoint import Endpoint, check_middleware
 from bus.envelope import Envelope
 from bus.errors import ConfigurationError, NotProvisioned, SendFailed, StateError
-from bus.hosting.retry import transient_retries
 from bus.messages import Command, Event, Message, require_command, require_event
 from bus.middleware import Middleware, Outgoing, SendNext, sending_chain
-from bus.naming import Names
+from bus.naming import RESERVED_PREFIX, Names
 from bus.observability import Telemetry
 from bus.observability.stats import StatsBook
 from bus.protocol.admission import Admission, EndpointRouting, Routing
@@ -33,7 +35,7 @@ from bus.protocol.handling import Handling
 from bus.protocol.inbox import Inbox
 from bus.protocol.ledger import Ledger
 from bus.protocol.marked import MarkedSender
-from bus.protocol.outbox import RESERVED_PREFIX, Outbox
+from bus.protocol.outbox import Outbox
 from bus.protocol.payloads import Payloads
 from bus.protocol.poison import PoisonQueue
 from bus.protocol.poisoning import Poisoning
@@ -45,7 +47,6 @@ from bus.protocol.sessions import check_session, client_stream
 from bus.protocol.slotcache import SlotCache
 from bus.protocol.sweeper import Sweeper
 from bus.protocol.topics import Topics
-from bus.retry import backoff
 from bus.seams import Seams
 from bus.serialization import JsonSerializer, Serializer
 from bus.settings import Settings
@@ -308,8 +309,7 @@ class Bus:
             # The envelopes are built once: a retry must record the same copies.
             # Not numbered: a repeated call would take a number it then does not use.
             envelopes = self._envelopes(out, correlation_id, numbered=False)
-            retrying = transient_retries(self.settings.send_attempts,
-                                         backoff(0.05, 2.0, self._random), self._sleep)
+            retrying = self._send_retries()
             recorded.append(bool(retrying(self.ledger.send, message_id, envelopes)))
 
         with _provisioned(), self._sending_span(outgoing, correlation_id):
@@ -352,12 +352,16 @@ class Bus:
                 self._through_middleware(
                     self._outgoing(message, message_id, target, headers, ttl=lifetime), collect)
             flat = [envelope for envelopes in copies for envelope in envelopes]
-            retrying = transient_retries(self.settings.send_attempts,
-                                         backoff(0.05, 2.0, self._random), self._sleep)
+            retrying = self._send_retries()
             with self.telemetry.signalling(flat):
                 created = iter(retrying(self.marked.send, flat, origin))
         return [any([next(created) for _ in envelopes]) if envelopes else None
                 for envelopes in copies]
+
+    def _send_retries(self) -> Retrying:
+        """A client's retries of a transient storage error (``Settings.send_attempts``)."""
+        return transient_retries(self.settings.send_attempts,
+                                 backoff(FIRST_WAIT, LONGEST_WAIT, self._random), self._sleep)
 
     def _creating_span(self, out: Outgoing) -> contextlib.AbstractContextManager[object]:
         """One message of a batch send: its ``create`` span."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any, Protocol
 
 from bus.addressing import Addressing, check_ttl
 from bus.envelope import Envelope
@@ -12,8 +13,7 @@ from bus.errors import StateError
 from bus.ids import derived_message_id
 from bus.messages import Command, Event, Message, require_command, require_event
 from bus.middleware import Middleware, Outgoing, sending_chain
-from bus.protocol.outbox import RESERVED_PREFIX
-from bus.protocol.sessions import Numbering, SessionView
+from bus.naming import RESERVED_PREFIX
 from bus.storage import Entity, EntityValue, NotFound, Refused, TableOp, Tables
 from bus.storage.limits import StorageLimits, check_entity
 from bus.storage.limits import check_key as check_storage_key
@@ -45,6 +45,35 @@ def check_key(kind: str, key: str, limits: StorageLimits) -> str:
     except Refused as exc:
         raise StateError(str(exc)) from exc
     return key
+
+
+@dataclass
+class SessionView:
+    """``ctx.session``: the session this message belongs to, its state, and ``close``."""
+
+    key: str
+    state: dict[str, Any]
+    """The session's state: read it, change it; committed with the handler's effects."""
+    closing: bool = False
+    sequence: int | None = None
+    """This message's sequence number in its stream (None: not numbered by its sender)."""
+
+    def close(self) -> None:
+        """End the session when this handler commits: later messages of it are poisoned
+        with the reason, and copies waiting for their turn are released to be poisoned."""
+        self.closing = True
+
+
+class Numbered(Protocol):
+    """A handler call's sequence counters (``bus.protocol.sessions.Numbering``): they number
+    its copies to sessions, and commit with its outbox record."""
+
+    counters: dict[str, int]
+
+    def next(self, destination: str, session: str) -> tuple[str, int]:
+        """The stream and the next sequence number of a copy for ``destination``'s
+        ``session``."""
+        ...
 
 
 class PartitionState:
@@ -141,7 +170,7 @@ class Context:
     """``(endpoint, message id)`` of the deferred messages the handler released."""
     session: SessionView | None = None
     """The message's session (its state, ``close``) when its handler declares one."""
-    _numbering: Numbering | None = None
+    _numbering: Numbered | None = None
 
     @property
     def message_id(self) -> str:

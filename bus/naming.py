@@ -19,6 +19,9 @@ from dataclasses import dataclass
 
 from bus.errors import NamingError
 
+RESERVED_PREFIX = "~"
+"""Keys starting with it in an endpoint's state table are the bus's own (its outbox slot,
+session rows, statistics): a handler's state keys may not."""
 ENDPOINT_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 PREFIX_PATTERN = re.compile(r"^([a-z][a-z0-9]{0,15})?$")
 MAX_QUEUE = 63 - len("-poison")

@@ -24,10 +24,11 @@ retried by the hosts' own transient-error policy, and exactly-once holds through
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from pydantic import BaseModel, ConfigDict, Field
-from tenacity import RetryCallState
+
+from bus.backoff import FIRST_WAIT, LONGEST_WAIT, backoff
+
+__all__ = ["DEFAULT_RETRY", "Abandon", "Reject", "RetryAfter", "RetryPolicy", "backoff"]
 
 
 class RetryPolicy(BaseModel):
@@ -35,10 +36,10 @@ class RetryPolicy(BaseModel):
 
     immediate: int = Field(1, ge=1, le=20)
     """Attempts of the handler within one delivery (1: no immediate retry)."""
-    backoff_initial: float = Field(0.05, ge=0)
+    backoff_initial: float = Field(FIRST_WAIT, ge=0)
     """First wait between immediate attempts, in seconds; doubles each time, plus a random
     jitter of up to this much."""
-    backoff_max: float = Field(2.0, ge=0)
+    backoff_max: float = Field(LONGEST_WAIT, ge=0)
     """Longest wait between immediate attempts."""
     delays: tuple[float, ...] = Field((1.0,), min_length=1)
     """Visibility delay before the next delivery, after the 1st, 2nd, ... (the last repeats).
@@ -68,17 +69,6 @@ class RetryAfter(Exception):
             raise ValueError("RetryAfter takes 0 to 7 days (the queue's visibility limit)")
         super().__init__(reason or f"retry after {seconds:g} s")
         self.seconds = seconds
-
-
-def backoff(initial: float, longest: float,
-            random: Callable[[], float]) -> Callable[[RetryCallState], float]:
-    """A tenacity wait: ``initial`` doubling per attempt up to ``longest``, plus a jitter of up
-    to ``initial`` drawn from ``random`` (the bus's, so a simulation replays from its seed)."""
-    def wait(state: RetryCallState) -> float:
-        exponential = initial * 2.0 ** (state.attempt_number - 1)
-        return float(min(longest, exponential) + random() * initial)
-
-    return wait
 
 
 class Abandon(RetryAfter):

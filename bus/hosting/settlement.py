@@ -52,11 +52,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Generic, Protocol, TypeVar
 
+from bus.backoff import Wait, transient_retries
 from bus.bus import Bus
 from bus.envelope import carried_deliveries, with_deliveries
 from bus.errors import QueueFull
 from bus.hosting.breaker import CircuitBreaker
-from bus.hosting.retry import Wait, transient_retries
 from bus.protocol.bundles import Leased, M, Part, parts
 from bus.protocol.delivery import Delivery, HandlerFailed, Incoming, Outcome
 from bus.storage import StorageError, Throttled, TransientError

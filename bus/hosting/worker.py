@@ -18,10 +18,10 @@ from collections.abc import Callable, Iterator
 from tenacity import RetryCallState
 from tenacity.wait import wait_base
 
+from bus.backoff import exponential_jitter
 from bus.bus import Bus
 from bus.hosting.breaker import CircuitBreaker
 from bus.hosting.leases import LeaseKeeper
-from bus.hosting.retry import exponential_jitter
 from bus.hosting.settlement import Settlement
 from bus.observability.depth import QueueDepths
 from bus.storage import NotFound, QueueMessage, StorageError, Throttled, TransientError

@@ -26,10 +26,10 @@ from bus.endpoint import Endpoint, Route
 from bus.envelope import BadSignal, Envelope, decode_signal
 from bus.errors import PayloadError, StateError
 from bus.messages import Message
+from bus.naming import RESERVED_PREFIX
 from bus.protocol.courier import due_in
 from bus.protocol.delivery import Incoming, Outcome, dropped
 from bus.protocol.inbox import Inbox
-from bus.protocol.outbox import RESERVED_PREFIX
 from bus.protocol.payloads import Payloads
 from bus.protocol.poisoning import Poisoning
 from bus.protocol.safeguards import Safeguards

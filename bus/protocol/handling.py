@@ -17,15 +17,16 @@ from collections.abc import Callable, Sequence
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
 from bus.addressing import Addressing
-from bus.context import Context, PartitionState
+from bus.context import Context, PartitionState, SessionView
 from bus.endpoint import Endpoint
 from bus.errors import RecordTooLarge, StateError
 from bus.middleware import HandleNext, Middleware, handling_chain
+from bus.naming import RESERVED_PREFIX
 from bus.protocol.admission import Admitted
 from bus.protocol.deferral import seen
 from bus.protocol.delivery import HandlerFailed, Incoming
 from bus.protocol.inbox import Inbox, Token
-from bus.protocol.outbox import RESERVED_PREFIX, ClaimLost, Outbox, Slot
+from bus.protocol.outbox import ClaimLost, Outbox, Slot
 from bus.protocol.poisoning import Poisoning
 from bus.protocol.records import OutboxRecord, Release
 from bus.protocol.safeguards import Safeguards
@@ -35,7 +36,6 @@ from bus.protocol.sessions import (
     Numbering,
     Plan,
     Refuse,
-    SessionView,
     SetAside,
     closing_releases,
     decode,

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bus.errors import RecordTooLarge, StateError, UnreadableRecord
+from bus.naming import RESERVED_PREFIX
 from bus.protocol.records import OutboxRecord
 from bus.storage import (
     Conflict,
@@ -32,10 +33,11 @@ from bus.storage import (
 from bus.storage.limits import StorageLimits, check_entity, check_transaction, split_text
 from bus.versions import OUTBOX_RECORD
 
+__all__ = ["RESERVED_PREFIX"]  # kept importable from here
+
 log = logging.getLogger(__name__)
 
 SLOT_ROW = "~bus.outbox"
-RESERVED_PREFIX = "~"
 
 
 class ClaimLost(Exception):

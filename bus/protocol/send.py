@@ -16,8 +16,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+from tenacity import Retrying
 
+from bus.backoff import exponential, transient_retries
 from bus.envelope import Envelope
 from bus.ids import IdFactory
 from bus.protocol.courier import Courier
@@ -90,7 +91,4 @@ class Sender:
         return self._courier.sealer.resign(fresh)  # the signature covers the attempt id
 
     def _retrying(self) -> Retrying:
-        return Retrying(stop=stop_after_attempt(self._attempts),
-                        wait=wait_exponential(multiplier=0.05, max=2.0),
-                        retry=retry_if_exception_type(TransientError),
-                        sleep=self._sleep, reraise=True)
+        return transient_retries(self._attempts, exponential(), self._sleep)

@@ -274,24 +274,6 @@ def closing_releases(row: SessionRow, endpoint: str) -> tuple[Release, ...]:
                  for w in row.waiting)
 
 
-# -- what a handler sees ---------------------------------------------------------------------
-@dataclass
-class SessionView:
-    """``ctx.session``: the session this message belongs to, its state, and ``close``."""
-
-    key: str
-    state: dict[str, Any]
-    """The session's state: read it, change it; committed with the handler's effects."""
-    closing: bool = False
-    sequence: int | None = None
-    """This message's sequence number in its stream (None: not numbered by its sender)."""
-
-    def close(self) -> None:
-        """End the session when this handler commits: later messages of it are poisoned
-        with the reason, and copies waiting for their turn are released to be poisoned."""
-        self.closing = True
-
-
 # -- numbering a sender's copies -------------------------------------------------------------
 @dataclass
 class Numbering:

@@ -46,9 +46,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from bus.backoff import Wait
 from bus.bus import Bus
 from bus.hosting.breaker import CircuitBreaker
-from bus.hosting.retry import Wait
 from bus.hosting.settlement import Settlement
 from bus.protocol.delivery import Delivery, Outcome
 

@@ -27,8 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from bus.hosting.retry import transient_retries
-from bus.retry import backoff
+from bus.backoff import FIRST_WAIT, LONGEST_WAIT, backoff, transient_retries
 from bus.storage import Entity, EntityValue, NotFound, Storage, TableOp
 from bus.storage.limits import transactions, utf16_bytes
 
@@ -86,7 +85,7 @@ class Staging:
     def retried(self, call: Callable[..., T], *args: object, **kwargs: object) -> T:
         """:func:`retried`, waiting between tries by this staging's ``sleep`` and ``random``
         (virtual time and seeded jitter in the simulation, so a run replays exactly)."""
-        wait = backoff(0.05, 2.0, self._random)
+        wait = backoff(FIRST_WAIT, LONGEST_WAIT, self._random)
         return transient_retries(6, wait=wait, sleep=self._sleep)(call, *args, **kwargs)
 
     def ensure(self) -> None:
