@@ -12,9 +12,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 SIM_RUNS ?= 300
-# Test processes: pytest-xdist, one per core (each Azurite-using process starts its own Azurite).
+# Test processes: pytest-xdist, one per core (each Azurite-using process starts its own Azurite);
+# worksteal: an idle process takes tests queued for a busy one (the simulation's long runs).
 JOBS ?= auto
-PYTEST_PARALLEL = -n $(JOBS)
+PYTEST_PARALLEL = -n $(JOBS) --dist worksteal
 # What `make check` leaves out: the tests marked by tests/conftest.py as needing Azurite, Spark,
 # a browser or Microsoft's Functions worker, and the simulation slice that follows the commit.
 CHECK_MARKERS = not (azurite or spark or browser or worker or sim_slice)
