@@ -23,6 +23,7 @@ from bus.middleware import Middleware, Outgoing, SendNext, sending_chain
 from bus.naming import RESERVED_PREFIX, Names
 from bus.observability import Telemetry
 from bus.observability.stats import StatsBook
+from bus.protocol import steps
 from bus.protocol.admission import Admission, EndpointRouting, Routing
 from bus.protocol.backpressure import Room
 from bus.protocol.counters import Counters
@@ -452,12 +453,11 @@ class Bus:
             receiver.flush_stats()
 
     def pipeline(self, endpoint: str) -> list[str]:
-        """The stages one delivery at ``endpoint`` goes through, outermost first; the
-        bracketed ones are middleware (yours), the rest is the exactly-once protocol."""
+        """The stages one delivery at ``endpoint`` goes through, outermost first, by their
+        step codes (``bus.protocol.steps``, docs/protocol.md); the bracketed ones are
+        middleware (yours), run in R5 around the handler."""
         ep = self.topology.endpoint(endpoint)
-        yours = [f"[{m.name}]" for m in (*self.middleware, *ep.middleware)]
-        return ["decode", "route", "deduplicate", "claim", "retries", *yours, "handler",
-                "commit", "dispatch", "acknowledge"]
+        return steps.pipeline(tuple(m.name for m in (*self.middleware, *ep.middleware)))
 
     def addressing(self, source: str) -> Addressing:
         return Addressing(source=source, routes=self.topology.routes, topics=self.topics,

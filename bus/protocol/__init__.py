@@ -15,12 +15,13 @@ list complete):
 * ``topics``     - recipient lists in blobs, changed by ETag compare-and-swap.
 * ``backpressure`` - bounded queues and a bound on sends in flight.
 * ``delivery``   - what the receiver is given (a signal) and answers (its outcome).
-* ``admission``  - steps 1-2 of receiving: decode, verify, route, not yet due, payload,
+* ``steps``      - the steps of a delivery named once: R1-R8 receiving, D1-D6 completing.
+* ``admission``  - R1-R2 of receiving: decode, verify, route, not yet due, payload,
                    partition.
 * ``receive``    - the receiver and its claim: load the partition's outbox slot, check the
                    inbox token, commit state + outbox record atomically with an ETag claim,
                    complete the record; a single signal is a batch of one.
-* ``handling``   - step 5: the handler run against its partition, with immediate retries.
+* ``handling``   - R5: the handler run against its partition, with immediate retries.
 * ``sessions``   - per-key order: numbered copies, the session row, set aside until their turn.
 * ``poisoning``  - poisoning a signal with the reason, its token parked.
 * ``inbox``      - inbox tokens (one per in-flight message copy), fences and parked tokens.

@@ -1,11 +1,11 @@
-"""Admission: steps 1-2 of receiving a signal, before its partition is claimed - for every
-reader of an endpoint's queue, the receiver and a Spark read alike.
+"""Admission: R1-R2 of receiving a signal (``bus.protocol.steps``), before its partition is
+claimed - for every reader of an endpoint's queue, the receiver and a Spark read alike.
 
-1. ``authenticate``: decode the envelope and check its signature (``sealing``: before anything
+R1. ``authenticate``: decode the envelope and check its signature (``sealing``: before anything
    reads or writes on the copy's behalf; a copy that fails is poisoned with the reason, its
    token untouched); route it (``Routing``: addressed here, a content type and message type
    this reader takes; anything else is poisoned with the reason);
-2. ``screen``: a copy whose time-to-live ended (``expires_at`` past, by this reader's clock)
+R2. ``screen``: a copy whose time-to-live ended (``expires_at`` past, by this reader's clock)
    is poisoned as expired, its token parked - unless its token says it is a duplicate
    (``Poisoning.expired``); a scheduled copy that arrived early goes back on the queue with its
    remaining delay; otherwise fetch the payload (confined to the bus's container; claim check;
@@ -124,7 +124,7 @@ class Admission(Generic[T]):
         return self.screen(item, envelope)
 
     def authenticate(self, item: Incoming, decoded: Envelope | BadSignal) -> Envelope | Outcome:
-        """Step 1: the copy's envelope, signed as its source's key requires and routed to this
+        """R1: the copy's envelope, signed as its source's key requires and routed to this
         reader, or its outcome (poisoned, acknowledged)."""
         if isinstance(decoded, BadSignal):
             return self._poisoning.bad(item.body, None, str(decoded), item.dequeue_count,
@@ -140,7 +140,7 @@ class Admission(Generic[T]):
         return decoded
 
     def screen(self, item: Incoming, envelope: Envelope) -> T | Outcome:
-        """Step 2, for an authenticated copy: alive, due, its payload confined, present and
+        """R2, for an authenticated copy: alive, due, its payload confined, present and
         opened, then decoded by the routing - or its outcome (acknowledged)."""
         expiry = expired(envelope, self._clock())
         if expiry is not None:  # before the payload is read: an expired copy is not handled

@@ -1,26 +1,27 @@
-"""Completing a committed outbox record: the steps after the commit, in order.
+"""Completing a committed outbox record: the steps after the commit, in order (D1-D6:
+``bus.protocol.steps``, docs/protocol.md).
 
-1. (helpers only) issue fresh attempt ids and persist them with a compare-and-swap, so that no
+D1. (helpers only) issue fresh attempt ids and persist them with a compare-and-swap, so that no
    two workers ever create tokens for the same attempt id;
-2. create an inbox token (and claim-check payload) for every outgoing copy;
-3. persist phase SENDING (compare-and-swap): from here on tokens are never created again;
-4. send the signals (repeating them is harmless: tokens deduplicate);
-5. fence the attempt ids that were superseded in step 1; confirm the outgoing tokens created
+D2. create an inbox token (and claim-check payload) for every outgoing copy;
+D3. persist phase SENDING (compare-and-swap): from here on tokens are never created again;
+D4. send the signals (repeating them is harmless: tokens deduplicate);
+D5. fence the attempt ids that were superseded in D1; confirm the outgoing tokens created
    pending (see below);
-6. release the deferred messages the handler asked for (``deferral``), then consume (delete)
+D6. release the deferred messages the handler asked for (``deferral``), then consume (delete)
    the incoming message's token and its claim-check payload - or, when the handler deferred
    the message, set the token aside and keep the payload.
 
-Usually steps 2 and 3 happen *before* the commit instead (``place_ahead``): the worker that ran
+Usually D2 and D3 happen *before* the commit instead (``place_ahead``): the worker that ran
 the handler creates the outgoing tokens in state pending, naming the record's slot as their
 origin, and commits the record directly in phase SENDING with their ETags - one table write
 per message fewer. A pending token is processable (its signal exists only after the commit);
 the handler run that created it may also never commit (a crash, a lost claim), which leaves an
-orphan the sweeper collects. Step 5's confirmation (pending -> live, by ETag) happens before
+orphan the sweeper collects. D5's confirmation (pending -> live, by ETag) happens before
 the record is finished, so a pending token whose origin slot has moved on is an orphan.
 
 The finished record stays in the slot: "its incoming token is gone" (or set aside, for a
-record that deferred its message: ``inbox.finished``) is what finished means (step 6 is the
+record that deferred its message: ``inbox.finished``) is what finished means (D6 is the
 last step, and nothing else deletes a token of a committed message), so the
 next commit in the partition simply replaces it - one write per message fewer than emptying
 the slot. Any step may be interrupted; whoever loads the slot next resumes from the persisted
@@ -68,8 +69,8 @@ class Dispatcher:
     def complete_many(self, slots: Sequence[Slot], *,
                       committed_by_me: bool) -> list[Exception | None]:
         """``complete`` for several records at once (a worker's batch: one record per
-        partition), with the sends of step 4 bundled per destination, the confirmations of
-        step 5 and the consumes of step 6 one request per destination for them all.
+        partition), with the sends of D4 bundled per destination, the confirmations of
+        D5 and the consumes of D6 one request per destination for them all.
 
         Returns, per slot, None (completed) or the exception ``complete`` raises for it.
         """
@@ -96,7 +97,7 @@ class Dispatcher:
 
     def _signal_all(self, sending: list[tuple[int, OutboxRecord]],
                     results: list[Exception | None]) -> list[tuple[int, OutboxRecord]]:
-        """Step 4 for several records at once (their signals bundled per destination);
+        """D4 for several records at once (their signals bundled per destination);
         returns those whose every signal was sent."""
         envelopes = [e for _, record in sending for e in record.outgoing]
         problems = self._signal_many(envelopes)
@@ -186,7 +187,7 @@ class Dispatcher:
                 return
 
     def confirm(self, records: Sequence[OutboxRecord]) -> None:
-        """Step 5's confirmation: the records' pending outgoing tokens made live, one request
+        """D5's confirmation: the records' pending outgoing tokens made live, one request
         per destination. Idempotent: a token that changed since is left alone."""
         if not self._safeguards.confirm_pending:
             return  # the "skip-confirm" break
@@ -210,7 +211,7 @@ class Dispatcher:
         return slot
 
     def signal(self, record: OutboxRecord, indexes: Iterable[int] | None = None) -> None:
-        """Step 4 for the chosen copies (all by default), bundled per destination
+        """D4 for the chosen copies (all by default), bundled per destination
         (``Courier.signal_many``). Only for a record in phase SENDING.
 
         A copy that cannot be signalled does not stop the others. Afterwards the first storage
@@ -224,7 +225,7 @@ class Dispatcher:
             raise problem
 
     def _signal_many(self, envelopes: list[Envelope]) -> list[StorageError | None]:
-        """Step 4's sends, in a ``send`` span linked to the copies' ``create`` spans."""
+        """D4's sends, in a ``send`` span linked to the copies' ``create`` spans."""
         if not envelopes:
             return []
         with self._telemetry.signalling(envelopes):
@@ -238,7 +239,7 @@ class Dispatcher:
                     wanted.generation if named else None)
 
     def fence_superseded(self, record: OutboxRecord) -> None:
-        """Step 5: tombstones for the attempt ids step 1 replaced (none were signalled)."""
+        """D5: tombstones for the attempt ids D1 replaced (none were signalled)."""
         if not self._safeguards.fence_superseded:
             return  # the "skip-fence-superseded" break
         self._courier.fence_many([(a.destination, a.attempt_id) for a in record.superseded],

@@ -1,4 +1,4 @@
-"""Handling: step 5 of receiving a signal - its handler run against its partition.
+"""Handling: R5 of receiving a signal - its handler run against its partition.
 
 The handler (inside the endpoint's middleware) runs with the route's immediate retries, each
 attempt from fresh reads and an empty outbox, so a failed attempt leaves nothing behind. What

@@ -1,30 +1,30 @@
 """The receiver: processing one signal so that its effect happens exactly once.
 
-For a signal carrying message ``m``, attempt ``a``, for endpoint ``E`` - each step named
-after the module that does it:
+For a signal carrying message ``m``, attempt ``a``, for endpoint ``E`` - each step by its code
+(``bus.protocol.steps``, docs/protocol.md) and the module that does it:
 
-1. decode the envelope, find the handler (``admission``; bad input: ``poisoning``, with the
+R1. decode the envelope, find the handler (``admission``; bad input: ``poisoning``, with the
    reason; a copy whose time-to-live ended: poisoned as expired);
-2. fetch the payload (claim check) and map the message to its state partition ``P``
+R2. fetch the payload (claim check) and map the message to its state partition ``P``
    (``admission``);
-3. load ``P``'s outbox slot, remembering its ETag, with the state rows the route declares
+R3. load ``P``'s outbox slot, remembering its ETag, with the state rows the route declares
    (``reads``) in the same request; if it holds an unfinished record (its incoming token
    still exists), complete that first (it may be ours, committed by an earlier delivery) and
    start again;
-4. check ``m``'s inbox token ``(E, a)``: gone (or fenced) means a duplicate - acknowledge;
-   parked means it is in the poison queue already (read in one request with step 3's token);
-5. run the handler against ``P`` (``handling``: reads come from step 3 or storage, writes are
+R4. check ``m``'s inbox token ``(E, a)``: gone (or fenced) means a duplicate - acknowledge;
+   parked means it is in the poison queue already (read in one request with R3's token);
+R5. run the handler against ``P`` (``handling``: reads come from R3 or storage, writes are
    collected), then create its outgoing tokens, pending (``Dispatcher.place_ahead``);
-6. commit the state changes and the outbox record (phase SENDING, with the tokens' ETags) in
-   one transaction, conditional on the ETag from step 3: if someone else committed since, the
-   claim is lost - withdraw the pending tokens and go back to step 3;
-7. complete the record (``dispatch``) and acknowledge the signal (the host settles the queue
+R6. commit the state changes and the outbox record (phase SENDING, with the tokens' ETags) in
+   one transaction, conditional on the ETag from R3: if someone else committed since, the
+   claim is lost - withdraw the pending tokens and go back to R3;
+R7. complete the record (``dispatch``) and acknowledge the signal (the host settles the queue
    message: ``bus.hosting.settlement``).
 
-Steps 3, 4, 6 and 7 are this module's: the claim. A single signal is a batch of one;
+R3, R4, R6 and R7 are this module's: the claim. A single signal is a batch of one;
 batching lives only in the storage calls that serve several messages at once.
 
-Step 3 happens before step 4 on purpose: the token is consumed only after a commit, and the
+R3 happens before R4 on purpose: the token is consumed only after a commit, and the
 commit changes the slot's ETag, so a copy that saw the token live either commits first or fails
 its compare-and-swap.
 """
@@ -73,7 +73,7 @@ _MAX_CLAIM_ROUNDS = 20
 
 @dataclass(frozen=True)
 class _Claim:
-    """A signal past steps 1-2, waiting for its turn at its partition's slot."""
+    """A signal past R1-R2, waiting for its turn at its partition's slot."""
 
     index: int
     decoded: Admitted
@@ -158,7 +158,7 @@ class Receiver:
         One signal is a batch of one. For a batch, the storage calls that can serve several
         messages at once do: the inbox tokens are read in one request per round, the outgoing
         tokens created, signals sent and incoming tokens consumed in one per destination. The
-        claim (steps 3-7) goes in rounds: one message per partition each round, so two
+        claim (R3-R7) goes in rounds: one message per partition each round, so two
         messages of one partition commit one after the other; a message that finds an
         unfinished record, or loses its compare-and-swap, tries again in the next round.
         """
@@ -271,7 +271,7 @@ class Receiver:
 
     def _load_slots(self, turn: list[_Claim], results: dict[int, Delivery | Exception],
                     ) -> list[tuple[_Claim, Slot]]:
-        """Step 3: each claim's slot (remembered, or read with its declared rows)."""
+        """R3: each claim's slot (remembered, or read with its declared rows)."""
         loaded: list[tuple[_Claim, Slot]] = []
         for claim in turn:
             try:
@@ -295,7 +295,7 @@ class Receiver:
 
     def _read_tokens(self, loaded: list[tuple[_Claim, Slot]],
                      results: dict[int, Delivery | Exception]) -> dict[str, Token]:
-        """Step 4's read, with step 3's: every claim's own token and each slot record's
+        """R4's read, with R3's: every claim's own token and each slot record's
         incoming token (to tell whether it is finished), in one request."""
         keys = [key for claim, slot in loaded for key in self._token_keys(claim.decoded, slot)]
         if not keys:
@@ -349,7 +349,7 @@ class Receiver:
 
     def _commit_all(self, ready: list[_Ready], results: dict[int, Delivery | Exception],
                     again: list[_Claim]) -> list[tuple[_Ready, Slot]]:
-        """Step 6 for each message of the round; a lost claim tries again."""
+        """R6 for each message of the round; a lost claim tries again."""
         committed: list[tuple[_Ready, Slot]] = []
         for r in ready:
             try:
@@ -364,7 +364,7 @@ class Receiver:
     def _complete_all(self, committed: list[tuple[_Ready, Slot]],
                       results: dict[int, Delivery | Exception], again: list[_Claim],
                       inline_max: int | None) -> None:
-        """Step 7: the round's records completed together (``Dispatcher.complete_many``) -
+        """R7: the round's records completed together (``Dispatcher.complete_many``) -
         or handed off - and their signals acknowledged."""
         inline: list[tuple[_Ready, Slot]] = []
         for r, slot in committed:
@@ -439,7 +439,7 @@ class Receiver:
         return dropped(found)
 
     def _commit(self, slot: Slot, operations: list[TableOp], record: OutboxRecord) -> Slot:
-        """Step 6; a lost claim withdraws the tokens created for it (none will be signalled).
+        """R6; a lost claim withdraws the tokens created for it (none will be signalled).
 
         The partition leaves the slot cache first: whatever this commit's outcome, the slot
         is remembered again only once the record is complete (``_remember``)."""
@@ -455,7 +455,7 @@ class Receiver:
             raise
 
     def _slot(self, d: Admitted) -> Slot:
-        """Step 3: the partition's slot (and declared rows) as this process's last commit of
+        """R3: the partition's slot (and declared rows) as this process's last commit of
         it left them, if it remembers that commit (``slotcache``), else as read now."""
         rows = self._outbox.claimed_rows(d.claimed)
         if not self._safeguards.snapshot_claim and rows:  # the "split-claim-read" break

@@ -12,7 +12,7 @@ ETag is unchanged no row of the partition changed either. The commit is conditio
 remembered ETag exactly as on a freshly read one: if anyone wrote since (another worker or
 process, the sweeper fencing the slot, a helper finishing a record), the commit fails with
 ClaimLost and the message goes the one-message way, which reads the slot afresh. The token
-check still reads the inbox after the (remembered) slot, so step 3 still precedes step 4.
+check still reads the inbox after the (remembered) slot, so R3 still precedes R4.
 
 What it costs when it is wrong: a stale entry means a handler run, its pending tokens and a
 failed commit for nothing. When several processes share a partition's messages (a scaled-out

@@ -128,8 +128,8 @@ def test_bus_middleware_wraps_endpoint_middleware_around_handler_and_sends(
         "headers": "bus=stock,endpoint=stock"}
     assert row(bus, "stock", "apple", "stock") == {"reserved": 2}
     assert bus.pipeline("stock") == [
-        "decode", "route", "deduplicate", "claim", "retries", "[Journal]", "[Journal]",
-        "[Validate]", "handler", "commit", "dispatch", "acknowledge"]
+        "R1 admit", "R2 payload", "R3 claim", "R4 deduplicate", "R5 retries", "[Journal]",
+        "[Journal]", "[Validate]", "R5 handler", "R6 commit", "R7 complete", "R7 acknowledge"]
 
 
 def test_short_circuits_consume_without_effect_and_drop_sends(storage: Storage,
