@@ -3,15 +3,17 @@
 Hosts lease queue messages their own way - the polling worker (``bus.hosting.worker``) asks
 the queue service; under Azure Functions the host leases them, deletes a message when the
 function returns and releases it when the function raises (``bus.hosting.functions``). Both
-hand what they leased to a ``Settlement``, which
+hand what they leased to a ``Settlement``, which (the host's part around the receiver's R1-R8,
+``bus.protocol.steps``):
 
-1. takes bundles apart (``bus.protocol.bundles``): each part is settled as the signal it
-   carries, and the queue message is deleted once every part is;
-2. counts each signal's **deliveries** across copies of it: the ``deliveries`` its envelope
-   carries (a copy put back by step 4 below; docs/envelope.md) plus the host's dequeue count;
-3. has the receiver process the signals together (``Receiver.receive``), retrying transient
-   storage errors in process (tenacity, exponential backoff with jitter);
-4. turns each result into queue operations, with ``max`` the max delivery count:
+* **split**: takes bundles apart (``bus.protocol.bundles``): each part is settled as the
+  signal it carries, and the queue message is deleted once every part is;
+* **count**: counts each signal's **deliveries** across copies of it: the ``deliveries`` its
+  envelope carries (a copy put back by *settle* below; docs/envelope.md) plus the host's
+  dequeue count;
+* **receive**: has the receiver process the signals together (``Receiver.receive``), retrying
+  transient storage errors in process (tenacity, exponential backoff with jitter);
+* **settle**: turns each result into queue operations, with ``max`` the max delivery count:
 
    ============================================  =========================================
    result                                        queue operations
@@ -138,7 +140,7 @@ class Settlement(Generic[M]):
 
     def _incoming(self, part: Part[M]) -> Incoming:
         """The signal as the receiver takes it: without the delivery count it carries, which
-        is added to the host's (step 2)."""
+        is added to the host's (*count*)."""
         ack = partial(self._ack, part)
         raw = _decoded(part.body)
         if raw is None:
@@ -181,7 +183,7 @@ class Settlement(Generic[M]):
 
     def _storage_trouble(self, part: Part[M], signal: Incoming,
                          cause: StorageError) -> Settled[M]:
-        """Release, put a copy back, or poison (step 4)."""
+        """Release, put a copy back, or poison (*settle*)."""
         if isinstance(cause, Throttled) and self._breaker is not None:
             self._breaker.throttled(cause)
         if self._host.poisons_at_max and signal.dequeue_count >= self.max_delivery_count:
