@@ -19,7 +19,7 @@ PYTEST_PARALLEL = -n $(JOBS) --dist worksteal
 # What `make check` leaves out: the tests marked by tests/conftest.py as needing Azurite, Spark,
 # a browser or Microsoft's Functions worker, and the simulation slice that follows the commit.
 CHECK_MARKERS = not (azurite or spark or browser or worker or sim_slice)
-# The commit's simulation slice in `make test` (tests/sim/conftest.py): its size.
+# The commit's simulation slice in `make test` (tests/sim/seeds.py): its size.
 SIM_SLICE ?= 300
 
 .PHONY: help setup lint check test test-all test-py310 sim demo devhost azurite clean lock infra-check spark-demo bench \

@@ -198,6 +198,21 @@ class Admission(Generic[T]):
         return self._payloads.get(envelope.payload_ref)
 
 
+def misaddressed(envelope: Envelope, endpoint: str) -> str | None:
+    """Why a copy is not this endpoint's to take (its token is another endpoint's), or None."""
+    if envelope.destination != endpoint:
+        return f"signal addressed to {envelope.destination!r} arrived at {endpoint!r}"
+    return None
+
+
+def unreadable(envelope: Envelope, serializer: Serializer) -> str | None:
+    """Why ``serializer`` cannot read the copy's payload (its content type), or None."""
+    if envelope.content_type != serializer.content_type:
+        return (f"content type {envelope.content_type!r} is not supported here "
+                f"(expected {serializer.content_type!r})")
+    return None
+
+
 class EndpointRouting:
     """An endpoint's routing: copies addressed to it, in its serializer's content type, of a
     message type it handles; decoded into its route's contract, partition and reads."""
@@ -210,11 +225,9 @@ class EndpointRouting:
 
     def refusal(self, envelope: Envelope) -> str | None:
         name = self._endpoint.name
-        if envelope.destination != name:
-            return f"signal addressed to {envelope.destination!r} arrived at {name!r}"
-        if envelope.content_type != self._serializer.content_type:
-            return (f"content type {envelope.content_type!r} is not supported here "
-                    f"(expected {self._serializer.content_type!r})")
+        problem = misaddressed(envelope, name) or unreadable(envelope, self._serializer)
+        if problem is not None:
+            return problem
         if self._endpoint.route(envelope.message_type) is None:
             known = ", ".join(sorted(self._endpoint.routes)) or "nothing"
             return (f"unknown message type {envelope.message_type!r} for endpoint {name!r} "

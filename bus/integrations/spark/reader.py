@@ -47,6 +47,7 @@ from bus.errors import ConfigurationError, PayloadError
 from bus.integrations.spark.columns import Selection, row_of
 from bus.integrations.spark.staging import MARKER, StagedRow, Staging, each, retried
 from bus.messages import Message
+from bus.protocol.admission import misaddressed, unreadable
 from bus.protocol.bundles import Part, parts
 from bus.protocol.delivery import Incoming, Outcome
 from bus.protocol.verdict import Verdict, verdict
@@ -86,19 +87,14 @@ class ReaderRouting:
         self._serializer = serializer
 
     def refusal(self, envelope: Envelope) -> str | None:
-        if envelope.destination != self._endpoint:  # its token is another endpoint's
-            return (f"signal addressed to {envelope.destination!r} arrived at "
-                    f"{self._endpoint!r}")
+        problem = misaddressed(envelope, self._endpoint)
         contract = self._contract
-        if contract is None:
-            return None
+        if problem is not None or contract is None:
+            return problem
         if envelope.message_type != contract.message_type:
             return (f"message type {envelope.message_type!r} arrived at {self._endpoint!r}, "
                     f"whose reader expects {contract.message_type!r}")
-        if envelope.content_type != self._serializer.content_type:
-            return (f"content type {envelope.content_type!r} is not supported here "
-                    f"(expected {self._serializer.content_type!r})")
-        return None
+        return unreadable(envelope, self._serializer)
 
     def decode(self, envelope: Envelope, payload: bytes) -> _Opened:
         if self._contract is not None:
@@ -123,7 +119,6 @@ class Drainer:
         self._staging = staging
         self.endpoint = endpoint
         self._queue = bus.names.queue(endpoint)
-        self._contract = contract
         self._lease = lease_seconds
         self._parallelism = parallelism
         self._admission = bus.admission(endpoint, ReaderRouting(endpoint, contract,
