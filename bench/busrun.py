@@ -24,7 +24,7 @@ from bus import Bus, Endpoint
 from bus.adapters.azure import AzureStorage
 from bus.hosting.worker import Worker
 from bus.observability import Telemetry
-from bus.protocol.bundles import parts
+from bus.protocol.copies.bundles import parts
 from bus.storage import QueueMessage, Queues, Storage
 from bus.testing.counting import OpCounter, counting_storage
 from bus.testing.transport import ForwardingQueues

@@ -230,7 +230,7 @@ def _wire_table(result: ScenarioResult, unit: str) -> list[str]:
     if group:
         lines.append(f"The client's concurrent sends went out in {group['flushes']} flushes; "
                      f"{group['grouped']} copies shared one with others (one token transaction "
-                     "and one bundle per destination: `bus.protocol.sendgroup`).")
+                     "and one bundle per destination: `bus.protocol.send.group`).")
     return lines
 
 

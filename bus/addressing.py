@@ -22,7 +22,7 @@ from bus.serialization import Serializer
 
 
 class Subscribers(Protocol):
-    """Who subscribes to a topic (``bus.protocol.topics.Topics``, the topic files)."""
+    """Who subscribes to a topic (``bus.protocol.copies.topics.Topics``, the topic files)."""
 
     def subscribers(self, topic: str) -> list[str]:
         """The endpoints subscribed to ``topic`` now."""
@@ -61,7 +61,7 @@ class Addressing:
         """The copies of ``message``; ``delay`` seconds > 0 schedules their delivery, ``ttl``
         seconds > 0 ends their time-to-live that long after they are due (None: never). A
         copy for a handler with sessions carries its session key and, with a ``sequencer``,
-        its stream and sequence number (``bus.protocol.sessions``)."""
+        its stream and sequence number (``bus.protocol.sessions.order``)."""
         if delay < 0:
             raise ValueError(f"delay must be 0 or more seconds, not {delay}")
         check_ttl(ttl)

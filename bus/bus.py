@@ -24,30 +24,30 @@ from bus.naming import RESERVED_PREFIX, Names
 from bus.observability import Telemetry
 from bus.observability.stats import StatsBook
 from bus.protocol import steps
-from bus.protocol.admission import Admission, EndpointRouting, Routing
-from bus.protocol.backpressure import Room
-from bus.protocol.counters import Counters
-from bus.protocol.courier import Courier
-from bus.protocol.deadletters import DeadLetters
-from bus.protocol.deferral import Deferrals
-from bus.protocol.dispatch import Dispatcher
-from bus.protocol.driver import OutboxDriver
-from bus.protocol.handling import Handling
-from bus.protocol.inbox import Inbox
-from bus.protocol.ledger import Ledger
-from bus.protocol.marked import MarkedSender
-from bus.protocol.outbox import Outbox
-from bus.protocol.payloads import Payloads
-from bus.protocol.poison import PoisonQueue
-from bus.protocol.poisoning import Poisoning
-from bus.protocol.receive import Receiver
-from bus.protocol.sealing import Sealer
-from bus.protocol.send import Sender
-from bus.protocol.session_admin import Sessions
-from bus.protocol.sessions import check_session, client_stream
-from bus.protocol.slotcache import SlotCache
-from bus.protocol.sweeper import Sweeper
-from bus.protocol.topics import Topics
+from bus.protocol.copies.backpressure import Room
+from bus.protocol.copies.courier import Courier
+from bus.protocol.copies.payloads import Payloads
+from bus.protocol.copies.sealing import Sealer
+from bus.protocol.copies.topics import Topics
+from bus.protocol.outbox.deferral import Deferrals
+from bus.protocol.outbox.dispatch import Dispatcher
+from bus.protocol.outbox.driver import OutboxDriver
+from bus.protocol.outbox.slot import Outbox
+from bus.protocol.poison.deadletters import DeadLetters
+from bus.protocol.poison.poisoning import Poisoning
+from bus.protocol.poison.queue import PoisonQueue
+from bus.protocol.receive.admission import Admission, EndpointRouting, Routing
+from bus.protocol.receive.handling import Handling
+from bus.protocol.receive.receiver import Receiver
+from bus.protocol.receive.slotcache import SlotCache
+from bus.protocol.send.counters import Counters
+from bus.protocol.send.ledger import Ledger
+from bus.protocol.send.marked import MarkedSender
+from bus.protocol.send.sender import Sender
+from bus.protocol.sessions.admin import Sessions
+from bus.protocol.sessions.order import check_session, client_stream
+from bus.protocol.tokens.inbox import Inbox
+from bus.protocol.upkeep.sweeper import Sweeper
 from bus.seams import Seams
 from bus.serialization import JsonSerializer, Serializer
 from bus.settings import Settings
@@ -280,7 +280,7 @@ class Bus:
         """Send a command unless a call with the same ``message_id`` already did.
 
         Safe to call again after a crash, a timeout or from a re-run job: the send ledger
-        (``bus.protocol.ledger``) makes the message's effect happen once per message id within
+        (``bus.protocol.send.ledger``) makes the message's effect happen once per message id within
         ``Settings.ledger_retention_seconds``. Returns True when this call recorded the message,
         False when an earlier call had (then this call finished whatever was left) or a
         middleware dropped the send.
@@ -323,7 +323,7 @@ class Bus:
                        ) -> list[bool | None]:
         """Send each command (to its owner, or ``to``) and publish each event, each unless a
         copy of its ``message_id`` went to that destination before - for many messages at
-        once: a data pipeline's rows, in a few requests (``bus.protocol.marked``: the tokens
+        once: a data pipeline's rows, in a few requests (``bus.protocol.send.marked``: the tokens
         and their send marks 50 to a transaction, the signals bundled), where ``send_once``
         makes about five per message.
 
@@ -375,7 +375,7 @@ class Bus:
     def _envelopes(self, out: Outgoing, correlation_id: str | None, *,
                    numbered: bool = True) -> list[Envelope]:
         """The copies of a client send, as the sending middleware left it; those for handlers
-        with sessions numbered in the client's streams (``bus.protocol.counters``) unless
+        with sessions numbered in the client's streams (``bus.protocol.send.counters``) unless
         ``numbered`` is False."""
         return self.addressing(self.settings.client_name).envelopes(
             out.message, message_id=out.message_id,
@@ -483,7 +483,7 @@ class Bus:
 
     def sessions(self, endpoint: str) -> Sessions:
         """The sessions of ``endpoint``: list, show, skip a gap, close
-        (``bus.protocol.session_admin``)."""
+        (``bus.protocol.sessions.admin``)."""
         ep = self.topology.endpoint(endpoint)
         return Sessions(endpoint=ep.name, tables=self._storage.tables,
                         table=self.names.state_table(ep.name), outbox=self._outbox_of(ep.name),

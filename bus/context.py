@@ -65,7 +65,7 @@ class SessionView:
 
 
 class Numbered(Protocol):
-    """A handler call's sequence counters (``bus.protocol.sessions.Numbering``): they number
+    """A handler call's sequence counters (``bus.protocol.sessions.order.Numbering``): they number
     its copies to sessions, and commit with its outbox record."""
 
     counters: dict[str, int]
@@ -230,7 +230,7 @@ class Context:
         """Set this message aside instead of consuming it: when the handler returns, its state
         changes and sends commit as usual and the message waits, unprocessed, until it is
         released by id (``release_deferred`` or ``Bus.deferred(endpoint).release``). Record
-        ``message_id`` in your state to find it again. See ``bus.protocol.deferral``.
+        ``message_id`` in your state to find it again. See ``bus.protocol.outbox.deferral``.
 
         Not for a message in a session: its session orders it (StateError)."""
         if self.session is not None:

@@ -49,11 +49,11 @@ class Endpoint:
     ``handles`` wins for that message type. ``middleware``: runs around this endpoint's
     handlers and their sends, inside the bus's own (``bus.middleware``).
     ``max_queue_depth``: senders are refused (and keep the message in their outbox) while the
-    endpoint's queue holds this many messages (``bus.protocol.backpressure``).
+    endpoint's queue holds this many messages (``bus.protocol.copies.backpressure``).
     ``reorder_window`` (seconds) and ``skip_gaps``: for handlers with sessions, how long a
     missing message may hold up the ones after it, and what happens then - the session blocks
     and is reported (the default), or with ``skip_gaps`` moves on past the gap, which is
-    recorded (``bus.protocol.sessions``).
+    recorded (``bus.protocol.sessions.order``).
     """
 
     def __init__(self, name: str, *, retry: RetryPolicy | None = None,
@@ -86,7 +86,7 @@ class Endpoint:
         nothing extra). Up to 13 are fetched with the claim in one request on Azure (one
         request reads 14 rows: ``StorageLimits.keys_per_read``). ``session``: the message's
         session key - the messages of a session are handled in the order each sender sent
-        them, with ``ctx.session`` (its state, ``close``); see ``bus.protocol.sessions``. The
+        them, with ``ctx.session`` (its state, ``close``); see ``bus.protocol.sessions.order``. The
         session's row lives in the message's partition and commits with its state.
         """
         if not (isinstance(contract, type) and issubclass(contract, (Command, Event))):

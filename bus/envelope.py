@@ -94,7 +94,7 @@ class Envelope(BaseModel):
     puts the signal back with the remaining delay)."""
     expires_at: datetime | None = None
     """Time-to-live: a copy that arrives after this time is not processed, it is poisoned
-    with a reason starting ``expired`` (``bus.protocol.admission``). It counts from when the
+    with a reason starting ``expired`` (``bus.protocol.receive.admission``). It counts from when the
     message is due: ``sent_at`` + delay + ttl. A time without a zone is taken as UTC."""
     encryption: PayloadEncryption | None = None
     """Set when ``payload`` is the AES-GCM ciphertext of the message (base64)."""
@@ -104,7 +104,7 @@ class Envelope(BaseModel):
     signature: Signature | None = None
     """HMAC-SHA256 of the copy's canonical form (``bus.signing``)."""
     session: str | None = Field(None, min_length=1, max_length=NAME_CHARS)
-    """The session the copy belongs to at its destination (``bus.protocol.sessions``)."""
+    """The session the copy belongs to at its destination (``bus.protocol.sessions.order``)."""
     stream: str | None = Field(None, min_length=1, max_length=STREAM_CHARS)
     """Who numbered it: the sending endpoint and partition, or ``client:<name>``."""
     sequence: int | None = Field(None, ge=1, le=2**62)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from bus.ids import IdFactory, random_id
 from bus.protocol.safeguards import Safeguards
-from bus.protocol.sendgroup import Gate
+from bus.protocol.send.group import Gate
 
 
 @dataclass(frozen=True)
@@ -30,4 +30,4 @@ class Seams:
     random: Callable[[], float] = random.random
     safeguards: Safeguards = field(default_factory=Safeguards)
     gate: Callable[[], Gate] = threading.Event
-    """What a sender waits on while another flushes its group (``bus.protocol.sendgroup``)."""
+    """What a sender waits on while another flushes its group (``bus.protocol.send.group``)."""

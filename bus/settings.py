@@ -30,17 +30,18 @@ class Settings(BaseModel):
     sweeper away from records still being committed."""
     signal_bundles: bool = True
     """Send the signals a worker has for one queue at the same moment in one queue message
-    (``bus.protocol.bundles``; docs/envelope.md, "Bundles"). Every receiver of this package
+    (``bus.protocol.copies.bundles``; docs/envelope.md, "Bundles"). Every receiver of this package
     takes bundles apart; turn it off only for queues read by a consumer of your own that
     does not."""
     group_sends: bool = True
     """Concurrent ``send``/``publish`` calls of one ``Bus`` share their requests: the tokens of
     everything waiting in one transaction per destination, the signals in one bundle
-    (``bus.protocol.sendgroup``). A lone sender never waits. Off: two requests per copy."""
+    (``bus.protocol.send.group``). A lone sender never waits. Off: two requests per copy."""
     slot_cache_size: int = Field(1024, ge=0)
     """Outbox slots (state partitions) each endpoint's receiver remembers from its own commits,
     so the next message of a partition is claimed without reading the slot again
-    (``bus.protocol.slotcache``; 0 turns it off). The commit's compare-and-swap still decides."""
+    (``bus.protocol.receive.slotcache``; 0 turns it off). The commit's compare-and-swap still
+    decides."""
     release_resend_seconds: float = Field(300.0, gt=0)
     """A released deferral still unprocessed after this long gets its signal sent again by the
     sweeper (the release may have stopped between its two steps)."""
@@ -53,7 +54,7 @@ class Settings(BaseModel):
     ``Bus``, across all threads; more wait their turn (a semaphore)."""
     depth_check_seconds: float = Field(1.0, ge=0)
     """How long a bounded queue's depth is trusted before it is read again
-    (``bus.protocol.backpressure``)."""
+    (``bus.protocol.copies.backpressure``)."""
     max_payload_bytes: int = Field(64 * 1024 * 1024, ge=1)
     """The largest claim-check payload a send writes and a receiver reads: a larger send raises
     PayloadError, a larger blob is poisoned unread (the reader holds at most this much)."""

@@ -71,5 +71,5 @@ for the message itself); the bus writes version 2 only for envelopes with an enc
 payload, version 1 for every other (``Envelope.bus``)."""
 OUTBOX_RECORD = Format("outbox record", "v", 1)
 POISON_ENTRY = Format("poison entry", "v", 2, {1: lambda document: document})
-"""Version 2 adds ``entry_ref`` (an entry kept in a blob: ``bus.protocol.poison``); the bus
+"""Version 2 adds ``entry_ref`` (an entry kept in a blob: ``bus.protocol.poison.queue``); the bus
 writes version 1 for every entry that fits a queue message."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from bus.bus import Bus
 from bus.observability import stats
-from bus.protocol.sweeper import SweepReport
+from bus.protocol.upkeep.sweeper import SweepReport
 
 log = logging.getLogger("bus.maintenance")
 

@@ -6,7 +6,7 @@ function returns and releases it when the function raises (``bus.hosting.functio
 hand what they leased to a ``Settlement``, which (the host's part around the receiver's R1-R8,
 ``bus.protocol.steps``):
 
-* **split**: takes bundles apart (``bus.protocol.bundles``): each part is settled as the
+* **split**: takes bundles apart (``bus.protocol.copies.bundles``): each part is settled as the
   signal it carries, and the queue message is deleted once every part is;
 * **count**: counts each signal's **deliveries** across copies of it: the ``deliveries`` its
   envelope carries (a copy put back by *settle* below; docs/envelope.md) plus the host's
@@ -59,7 +59,7 @@ from bus.bus import Bus
 from bus.envelope import carried_deliveries, with_deliveries
 from bus.errors import QueueFull
 from bus.hosting.breaker import CircuitBreaker
-from bus.protocol.bundles import Leased, M, Part, parts
+from bus.protocol.copies.bundles import Leased, M, Part, parts
 from bus.protocol.delivery import Delivery, HandlerFailed, Incoming, Outcome
 from bus.storage import StorageError, Throttled, TransientError
 

@@ -78,7 +78,7 @@ class Worker:
 
     def poll_once(self) -> int:
         """Lease one batch and process it; returns how many signals it held (a bundle holds
-        several: ``bus.protocol.bundles``). 0 also while the circuit breaker is open
+        several: ``bus.protocol.copies.bundles``). 0 also while the circuit breaker is open
         (``self.breaker``) and when storage could not be reached: the caller's idle back-off
         then applies, as after an empty poll."""
         try:

@@ -24,8 +24,8 @@ from dataclasses import dataclass, replace
 
 from bus.bus import Bus
 from bus.envelope import Envelope
-from bus.protocol.inbox import Token, TokenState
-from bus.protocol.outbox import Outbox
+from bus.protocol.outbox.slot import Outbox
+from bus.protocol.tokens.inbox import Token, TokenState
 
 STATES = ("queued", "scheduled", "deferred", "poisoned", "processed", "unknown")
 

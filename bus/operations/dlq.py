@@ -2,7 +2,7 @@
 
 The commands connect to the account the app is configured for (``AzureWebJobsStorage`` or
 ``AzureWebJobsStorage__accountName``, as in the Functions app; ``local.settings.json`` is not
-read - export the setting). Replaying is exactly-once: see ``bus.protocol.deadletters``.
+read - export the setting). Replaying is exactly-once: see ``bus.protocol.poison.deadletters``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import click
 
 from bus.errors import ConfigurationError
 from bus.operations.apps import AppError, load_bus
-from bus.protocol.deadletters import DeadLetter, DeadLetters
+from bus.protocol.poison.deadletters import DeadLetter, DeadLetters
 
 
 class DlqProblem(click.ClickException):

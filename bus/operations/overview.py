@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from bus.bus import Bus
 from bus.observability import stats
-from bus.protocol.inbox import TokenState
+from bus.protocol.tokens.inbox import TokenState
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 The commands connect as ``python -m bus dlq`` does (the app's storage setting). ``list`` shows
 stuck sessions first (a gap has held up their waiting messages longer than the endpoint's
 reorder window), then sessions with messages waiting, open ones, and closed ones; ``skip``
-and ``close`` act through ``bus.protocol.session_admin``, so nothing waiting is lost.
+and ``close`` act through ``bus.protocol.sessions.admin``, so nothing waiting is lost.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import click
 
 from bus.errors import ConfigurationError
 from bus.operations.apps import AppError, load_bus
-from bus.protocol.session_admin import SessionInfo, Sessions
+from bus.protocol.sessions.admin import SessionInfo, Sessions
 
 
 class SessionsProblem(click.ClickException):

@@ -12,7 +12,7 @@ in the code. It holds, for the deployment's prefix:
 
 Nothing is re-derived: the bus itself provisions a twin of the app in memory
 (:meth:`bus.Bus.provision`), and the file lists what that created - per-endpoint names matched
-with :class:`bus.naming.Names`, topic blobs written by :class:`bus.protocol.topics.Topics`. A
+with :class:`bus.naming.Names`, topic blobs written by :class:`bus.protocol.copies.topics.Topics`. A
 resource ``provision`` gains later lands in the file (and so in Azure) without a change here.
 The output is deterministic: sorted keys, names sorted, subscribers in the order the bus
 subscribes them, a trailing newline.
@@ -32,7 +32,7 @@ from bus.bus import Bus
 from bus.errors import ConfigurationError
 from bus.messages import Message
 from bus.naming import Names
-from bus.protocol.topics import Topics
+from bus.protocol.copies.topics import Topics
 from bus.storage import Blob, Blobs, Storage
 
 DEFAULT_PATH = Path("infra") / "topology.json"

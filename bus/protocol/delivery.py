@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from bus.protocol.records import RecordKey
-from bus.protocol.verdict import Verdict
+from bus.protocol.tokens.verdict import Verdict
 
 
 class Outcome(str, enum.Enum):
@@ -76,7 +76,7 @@ class Delivery:
     outcome: Outcome
     handoff: Handoff | None = None
     parts: tuple[Delivery, ...] = ()
-    """For a bundle (``bus.protocol.bundles``): each of its signals' delivery, in order; the
+    """For a bundle (``bus.protocol.copies.bundles``): each of its signals' delivery, in order; the
     bundle's own ``outcome`` is then PROCESSED (every part reached an outcome)."""
 
     @property

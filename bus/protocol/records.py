@@ -97,7 +97,7 @@ class OutboxRecord(BaseModel):
     commit (``dispatch``): finishing the record confirms them (pending -> live)."""
     sequences: dict[str, int] = Field(default_factory=dict)
     """The partition's sequence counters, ``<destination>/<session>`` -> the last number its
-    handlers gave a copy to that session (``bus.protocol.sessions``). Every commit carries
+    handlers gave a copy to that session (``bus.protocol.sessions.order``). Every commit carries
     them on to the next record, so numbering costs no write of its own."""
 
     def is_for(self, envelope: Envelope) -> bool:

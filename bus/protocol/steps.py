@@ -16,43 +16,55 @@ class Step:
     name: str
     """A word for it, as ``Bus.pipeline`` shows it."""
     module: str
-    """The module under ``bus.protocol`` that does it."""
+    """The module under ``bus.protocol`` that does it (``receive.admission``)."""
     summary: str
 
 
 RECEIVE = (
-    Step("R1", "admit", "admission", "decode the envelope, verify its signature, route it; "
-         "poison what cannot be handled, expired copies too; put back a copy not yet due"),
-    Step("R2", "payload", "admission", "fetch the payload (claim check), open it, decode the "
-         "message, map it to its state partition"),
-    Step("R3", "claim", "receive", "load the partition's outbox slot with its ETag and the "
-         "declared rows; complete an unfinished record first"),
-    Step("R4", "deduplicate", "receive", "check the copy's inbox token: gone or fenced - a "
-         "duplicate; parked - poisoned already"),
-    Step("R5", "handle", "handling", "run the handler (immediate retries, middleware) against "
-         "the partition; create the outgoing tokens, pending"),
-    Step("R6", "commit", "receive", "commit the state and the outbox record in one "
-         "transaction, If-Match on R3's ETag; lost - back to R3"),
-    Step("R7", "complete", "dispatch", "complete the record (D1-D6), then acknowledge the "
-         "signal"),
-    Step("R8", "fail", "poisoning", "a handler that raises: redelivered until the last "
-         "delivery allowed, then poisoned with the exception"),
+    Step("R1", "admit", "receive.admission",
+         "decode the envelope, verify its signature, route it; poison what cannot be handled, "
+         "expired copies too; put back a copy not yet due"),
+    Step("R2", "payload", "receive.admission",
+         "fetch the payload (claim check), open it, decode the message, map it to its state "
+         "partition"),
+    Step("R3", "claim", "receive.receiver",
+         "load the partition's outbox slot with its ETag and the declared rows; complete an "
+         "unfinished record first"),
+    Step("R4", "deduplicate", "receive.receiver",
+         "check the copy's inbox token: gone or fenced - a duplicate; parked - poisoned "
+         "already"),
+    Step("R5", "handle", "receive.handling",
+         "run the handler (immediate retries, middleware) against the partition; create the "
+         "outgoing tokens, pending"),
+    Step("R6", "commit", "receive.receiver",
+         "commit the state and the outbox record in one transaction, If-Match on R3's ETag; "
+         "lost - back to R3"),
+    Step("R7", "complete", "outbox.dispatch",
+         "complete the record (D1-D6), then acknowledge the signal"),
+    Step("R8", "fail", "poison.poisoning",
+         "a handler that raises: redelivered until the last delivery allowed, then poisoned "
+         "with the exception"),
 )
-"""Receiving one signal (``bus.protocol.receive``)."""
+"""Receiving one signal (``bus.protocol.receive.receiver``)."""
 
 COMPLETE = (
-    Step("D1", "fresh attempts", "dispatch", "helpers only: fresh attempt ids for the outgoing "
-         "copies, persisted by compare-and-swap"),
-    Step("D2", "tokens", "dispatch", "create each outgoing copy's token, then its claim-check "
-         "blob (usually before the commit, pending)"),
-    Step("D3", "sending", "dispatch", "persist phase SENDING: tokens are never created again"),
-    Step("D4", "signals", "dispatch", "send the signals (bundled per queue)"),
-    Step("D5", "fence and confirm", "dispatch", "fence superseded attempt ids; confirm "
-         "pending tokens"),
-    Step("D6", "finish", "dispatch", "release the deferrals asked for, then consume (or set "
-         "aside) the incoming token and its payload"),
+    Step("D1", "fresh attempts", "outbox.dispatch",
+         "helpers only: fresh attempt ids for the outgoing copies, persisted by "
+         "compare-and-swap"),
+    Step("D2", "tokens", "outbox.dispatch",
+         "create each outgoing copy's token, then its claim-check blob (usually before the "
+         "commit, pending)"),
+    Step("D3", "sending", "outbox.dispatch",
+         "persist phase SENDING: tokens are never created again"),
+    Step("D4", "signals", "outbox.dispatch",
+         "send the signals (bundled per queue)"),
+    Step("D5", "fence and confirm", "outbox.dispatch",
+         "fence superseded attempt ids; confirm pending tokens"),
+    Step("D6", "finish", "outbox.dispatch",
+         "release the deferrals asked for, then consume (or set aside) the incoming token and "
+         "its payload"),
 )
-"""Completing a committed outbox record (``bus.protocol.dispatch``)."""
+"""Completing a committed outbox record (``bus.protocol.outbox.dispatch``)."""
 
 
 def pipeline(middleware: tuple[str, ...]) -> list[str]:

@@ -20,7 +20,7 @@ from typing import Any
 
 from bus.bus import Bus
 from bus.hosting.worker import Worker
-from bus.protocol.deadletters import DeadLetter
+from bus.protocol.poison.deadletters import DeadLetter
 
 MAX_ROUNDS = 100
 """Polls of every endpoint before ``drain`` gives up on ever being idle (a message that keeps

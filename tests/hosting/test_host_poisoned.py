@@ -9,9 +9,9 @@ import base64
 
 from bus import Bus, Command, Context, Endpoint
 from bus.envelope import encode_bundle
-from bus.protocol.deadletters import ReplayResult
-from bus.protocol.inbox import TokenState
-from bus.protocol.poison import PoisonEntry
+from bus.protocol.poison.deadletters import ReplayResult
+from bus.protocol.poison.queue import PoisonEntry
+from bus.protocol.tokens.inbox import TokenState
 from bus.storage import Storage
 from bus.testing import drain
 

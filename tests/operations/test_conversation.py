@@ -9,7 +9,7 @@ import time
 from bus import Bus, Command, Context, Endpoint, Event, Reject, Settings
 from bus.operations.conversation import conversation
 from bus.operations.overview import endpoint_stats, scheduled
-from bus.protocol.inbox import Lineage, TokenState
+from bus.protocol.tokens.inbox import Lineage, TokenState
 from bus.storage import Storage
 from bus.testing import drain
 

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 from bus import Bus
 from bus.operations.cli import main
-from bus.protocol.deadletters import ReplayResult
-from bus.protocol.inbox import TokenState
+from bus.protocol.poison.deadletters import ReplayResult
+from bus.protocol.tokens.inbox import TokenState
 from bus.storage import NotFound, Storage
 from bus.testing import drain
 from tests.support import dlq_app

@@ -1,4 +1,4 @@
-"""Back-pressure (bus.protocol.backpressure): bounded endpoint queues refuse sends and the
+"""Back-pressure (bus.protocol.copies.backpressure): bounded endpoint queues refuse sends and the
 message waits in the sender's outbox; bounded in-flight sends - in-memory and Azurite."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from bus import (
     Settings,
 )
 from bus.hosting.worker import Worker
-from bus.protocol.bundles import parts
+from bus.protocol.copies.bundles import parts
 from bus.storage import NotFound, Queues, Storage
 from bus.testing.transport import ForwardingQueues
 

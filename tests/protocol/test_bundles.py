@@ -1,4 +1,4 @@
-"""Signal bundles (``bus.protocol.bundles``): the signals a worker has for one queue at one
+"""Signal bundles (``bus.protocol.copies.bundles``): the signals a worker has for one queue at one
 moment travel in one queue message, and every receiver takes them apart - each part
 processed, poisoned or retried on its own, the message deleted once all parts are settled.
 In-memory and Azurite."""
@@ -14,7 +14,7 @@ import pytest
 from bus import Bus, Command, Context, Endpoint, RetryPolicy, Settings
 from bus.envelope import Envelope, encode_bundle, split_bundle
 from bus.hosting.functions.trigger import QueueTrigger
-from bus.protocol.bundles import MAX_PARTS, pack, parts
+from bus.protocol.copies.bundles import MAX_PARTS, pack, parts
 from bus.protocol.delivery import HandlerFailed, Outcome
 from bus.storage import QueueMessage, Storage
 from bus.storage.limits import AZURE, check_message

@@ -1,4 +1,4 @@
-"""Deferral (bus.protocol.deferral): set a message aside, fetch it by id, release it from a
+"""Deferral (bus.protocol.outbox.deferral): set a message aside, fetch it by id, release it from a
 handler or from outside - each effect once - on the in-memory backend and Azurite."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from bus import Bus, Command, Context, Endpoint, Event, Settings
 from bus.hosting.worker import Worker
-from bus.protocol.inbox import TokenState
+from bus.protocol.tokens.inbox import TokenState
 from bus.seams import Seams
 from bus.storage import Entity, NotFound, Storage
 from bus.testing import drain

@@ -5,7 +5,7 @@ scan is no snapshot on Azure) - on the in-memory backend and Azurite."""
 from __future__ import annotations
 
 from bus import Bus
-from bus.protocol.inbox import Inbox
+from bus.protocol.tokens.inbox import Inbox
 from bus.storage import Storage
 
 

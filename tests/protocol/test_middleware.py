@@ -21,7 +21,7 @@ from bus import (
 )
 from bus.envelope import decode_signal
 from bus.middleware import HandleNext, SendNext
-from bus.protocol.poison import PoisonEntry
+from bus.protocol.poison.queue import PoisonEntry
 from bus.storage import NotFound, Storage
 from bus.testing import drain
 

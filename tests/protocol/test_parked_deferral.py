@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from bus import Bus, Command, Context, Endpoint, Settings
 from bus.hosting.worker import Worker
-from bus.protocol.inbox import TokenState
+from bus.protocol.tokens.inbox import TokenState
 from bus.storage import Storage
 from bus.testing import drain
 

@@ -10,8 +10,8 @@ import pytest
 
 from bus import Bus, Settings
 from bus.adapters.memory import Fault
-from bus.protocol.inbox import TokenState
-from bus.protocol.poison import PoisonEntry
+from bus.protocol.poison.queue import PoisonEntry
+from bus.protocol.tokens.inbox import TokenState
 from bus.seams import Seams
 from bus.storage import Storage
 from bus.testing import InMemoryStorage, drain

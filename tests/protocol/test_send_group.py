@@ -1,4 +1,4 @@
-"""Group commit of concurrent sends (``bus.protocol.sendgroup``): sends that arrive while
+"""Group commit of concurrent sends (``bus.protocol.send.group``): sends that arrive while
 another is on the wire share one token transaction and one bundle, and what a shared flush
 leaves undone each caller finishes alone. In-memory and Azurite, with real threads."""
 
@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bus import Bus, Command, Context, Endpoint, Settings
-from bus.protocol.sendgroup import Gate
+from bus.protocol.send.group import Gate
 from bus.seams import Seams
 from bus.storage import Storage, TableOp, TransientError
 from bus.testing import drain

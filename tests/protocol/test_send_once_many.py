@@ -1,5 +1,5 @@
 """``Bus.send_once_many``: many messages, each once per message id, in a few requests - on the
-in-memory backend and Azurite (``bus.protocol.marked``)."""
+in-memory backend and Azurite (``bus.protocol.send.marked``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from bus import Bus, Command, Context, Endpoint, Event
 from bus.errors import TransientError
-from bus.protocol.inbox import TokenState
+from bus.protocol.tokens.inbox import TokenState
 from bus.storage import Queues, Storage
 from bus.testing import drain
 from bus.testing.counting import counting_storage

@@ -1,4 +1,4 @@
-"""Sessions that skip gaps (bus.protocol.sessions, session_admin): a copy that waited for its
+"""Sessions that skip gaps (bus.protocol.sessions.order, session_admin): a copy that waited for its
 turn and was then poisoned does not hold its session up for good, and a skip that skips
 nothing records no gap - on the in-memory backend and Azurite."""
 
@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from bus import Bus, Command, Context, Endpoint, Settings
 from bus.envelope import Envelope, decode_signal
 from bus.protocol.delivery import Outcome
-from bus.protocol.sessions import Gaps, Handle, SessionRow, SetAside, Waiting, plan
+from bus.protocol.sessions.order import Gaps, Handle, SessionRow, SetAside, Waiting, plan
 from bus.retry import Reject
 from bus.seams import Seams
 from bus.storage import Storage

@@ -1,4 +1,4 @@
-"""Sessions (bus.protocol.sessions): each sender stream's messages handled in order, once,
+"""Sessions (bus.protocol.sessions.order): each sender stream's messages handled in order, once,
 under shuffled, duplicated and delayed delivery; gaps blocking, skipped; session state and
 close; the operators' tools - on the in-memory backend and on Azurite."""
 
@@ -17,8 +17,8 @@ from bus import Bus, Command, Context, Endpoint, Settings, StateError
 from bus.envelope import Envelope
 from bus.hosting.maintenance import maintenance_pass
 from bus.operations.cli import main
-from bus.protocol.deadletters import ReplayResult
-from bus.protocol.sessions import Gaps, SessionRow, SetAside, Waiting, plan
+from bus.protocol.poison.deadletters import ReplayResult
+from bus.protocol.sessions.order import Gaps, SessionRow, SetAside, Waiting, plan
 from bus.retry import Reject
 from bus.seams import Seams
 from bus.signing import Signing, SigningKey

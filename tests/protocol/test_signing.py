@@ -21,9 +21,9 @@ from bus.hosting.functions.config import AppConfig
 from bus.integrations.spark.options import OptionError, connection_from
 from bus.integrations.spark.reader import Drainer, staged_rows, subscribe
 from bus.integrations.spark.staging import Staging
-from bus.protocol.deadletters import ReplayResult
-from bus.protocol.inbox import TokenState
+from bus.protocol.poison.deadletters import ReplayResult
 from bus.protocol.records import OutboxRecord
+from bus.protocol.tokens.inbox import TokenState
 from bus.settings import Settings
 from bus.signing import Signing, SigningKey
 from bus.storage import Storage

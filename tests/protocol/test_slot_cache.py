@@ -1,4 +1,4 @@
-"""The slot cache (``bus.protocol.slotcache``): a partition's next claim in the same process
+"""The slot cache (``bus.protocol.receive.slotcache``): a partition's next claim in the same process
 starts from the slot its last commit left, without reading it - and a slot someone else wrote
 since is caught by the commit's compare-and-swap. In-memory and Azurite."""
 
@@ -9,8 +9,8 @@ from datetime import datetime, timezone
 import pytest
 
 from bus import Bus, Command, Context, Endpoint, Settings
-from bus.protocol.outbox import Slot
-from bus.protocol.slotcache import REST, WINDOW, SlotCache
+from bus.protocol.outbox.slot import Slot
+from bus.protocol.receive.slotcache import REST, WINDOW, SlotCache
 from bus.storage import Entity, Storage, TableOp
 from tests.protocol.test_reads import StateReads, balance, drain
 

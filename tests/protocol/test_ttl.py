@@ -23,8 +23,8 @@ from bus.adapters.memory import Fault
 from bus.envelope import carried_deliveries, parse_envelope, with_deliveries
 from bus.hosting.worker import Worker
 from bus.operations.cli import main
-from bus.protocol.deadletters import ReplayResult
-from bus.protocol.inbox import TokenState
+from bus.protocol.poison.deadletters import ReplayResult
+from bus.protocol.tokens.inbox import TokenState
 from bus.seams import Seams
 from bus.settings import Settings
 from bus.signing import Signing, SigningKey

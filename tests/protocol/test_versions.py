@@ -12,7 +12,7 @@ import pytest
 
 from bus import Bus, Command, Context, Endpoint
 from bus.errors import UnreadableVersion
-from bus.protocol.outbox import SLOT_ROW
+from bus.protocol.outbox.slot import SLOT_ROW
 from bus.storage import Entity, Storage
 from bus.testing import MessagesPoisoned, drain
 from bus.versions import Format

@@ -91,7 +91,7 @@ def test_the_check_sees_an_import_against_the_layers(tmp_path: Path) -> None:
     source = tmp_path / "probe.py"
     source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
                       "    from bus.hosting import worker\n"
-                      "def f():\n    import bus.protocol.outbox\n")
+                      "def f():\n    import bus.protocol.outbox.slot\n")
     names = [name for _, name in imported("bus.probe", source, set(modules()))]
-    assert names == ["bus.hosting.worker", "bus.protocol.outbox"]
+    assert names == ["bus.hosting.worker", "bus.protocol.outbox.slot"]
     assert place("bus.hosting.worker", layers())[0] > place("bus.storage.ports", layers())[0]

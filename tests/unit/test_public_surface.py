@@ -37,8 +37,14 @@ def test_every_error_is_a_bus_error() -> None:
 
 
 def test_one_contention() -> None:
-    from bus.protocol import deadletters, deferral, driver, ledger, receive
-    for module in (deadletters, deferral, driver, ledger, receive):
+    import importlib
+    import pkgutil
+
+    import bus.protocol
+    modules = [importlib.import_module(info.name) for info in
+               pkgutil.walk_packages(bus.protocol.__path__, "bus.protocol.")]
+    assert len(modules) > 30
+    for module in modules:
         for name, value in vars(module).items():
             if name.endswith("Contention") and isinstance(value, type):
                 assert value is bus.errors.Contention, (module.__name__, name)

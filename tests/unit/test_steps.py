@@ -22,7 +22,7 @@ def test_the_protocol_doc_explains_the_same_steps_in_order() -> None:
 def test_each_step_names_a_module_of_the_protocol() -> None:
     package = Path(bus.protocol.__file__).parent
     assert [s.module for s in (*RECEIVE, *COMPLETE)
-            if not (package / f"{s.module}.py").exists()] == []
+            if not (package / f"{s.module.replace('.', '/')}.py").exists()] == []
 
 
 def test_the_pipeline_follows_the_steps_claim_before_token() -> None:

@@ -1,12 +1,12 @@
-"""One verdict on an arriving copy, from its token's state (bus.protocol.verdict)."""
+"""One verdict on an arriving copy, from its token's state (bus.protocol.tokens.verdict)."""
 
 from __future__ import annotations
 
 import pytest
 
 from bus.protocol.delivery import Outcome, dropped
-from bus.protocol.inbox import Token, TokenState
-from bus.protocol.verdict import Verdict, verdict
+from bus.protocol.tokens.inbox import Token, TokenState
+from bus.protocol.tokens.verdict import Verdict, verdict
 
 
 def _token(state: TokenState) -> Token:

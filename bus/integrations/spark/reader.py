@@ -4,9 +4,9 @@ A Spark reader is an endpoint without handlers: its queue is ``names.queue(endpo
 message copy may be taken only while its inbox token is live (docs/protocol.md). Taking a batch:
 
 1. receive up to 32 queue messages and take bundles apart into their signals
-   (``bus.protocol.bundles``); admit each through the receiver's own admission
-   (``bus.protocol.admission``, with this reader's routing): a signature that does not hold -
-   poison queue, token untouched; garbage, a wrong destination, a payload that is not the
+   (``bus.protocol.copies.bundles``); admit each through the receiver's own admission
+   (``bus.protocol.receive.admission``, with this reader's routing): a signature that does not
+   hold - poison queue, token untouched; garbage, a wrong destination, a payload that is not the
    expected contract, a claim check outside the bus's container - poison queue with the
    reason, token parked; a time-to-live that ended - poisoned as expired; a scheduled copy
    that arrived early - back on the queue until due. What an endpoint would dead-letter, a
@@ -47,10 +47,10 @@ from bus.errors import ConfigurationError, PayloadError
 from bus.integrations.spark.columns import Selection, row_of
 from bus.integrations.spark.staging import MARKER, StagedRow, Staging, each, retried
 from bus.messages import Message
-from bus.protocol.admission import misaddressed, unreadable
-from bus.protocol.bundles import Part, parts
+from bus.protocol.copies.bundles import Part, parts
 from bus.protocol.delivery import Incoming, Outcome
-from bus.protocol.verdict import Verdict, verdict
+from bus.protocol.receive.admission import misaddressed, unreadable
+from bus.protocol.tokens.verdict import Verdict, verdict
 from bus.serialization import Serializer
 from bus.storage import EntityValue, NotFound, QueueMessage
 
@@ -197,7 +197,7 @@ class Drainer:
     # -- sorting a received round ---------------------------------------------------------------
     def _sort(self, received: list[Part[QueueMessage]],
               seen: set[str]) -> tuple[list[_Taken], list[Part[QueueMessage]]]:
-        """The received signals (a bundle's taken apart: ``bus.protocol.bundles``) that can
+        """The received signals (a bundle's taken apart: ``bus.protocol.copies.bundles``) that can
         be taken, and the copies of ones taken already; settles the rest."""
         admitted: list[tuple[Part[QueueMessage], _Opened]] = []
         extra: list[Part[QueueMessage]] = []

@@ -6,7 +6,7 @@ a job may be run again. So:
 * every message id comes from the row itself: a hash of the message type, its destination (or
   topic), the optional ``run_key`` and the key column(s) the user names - never from the row's
   position, which Spark does not keep from one run to the next;
-* each task sends its rows with ``Bus.send_once_many`` (``bus.protocol.marked``): tokens and
+* each task sends its rows with ``Bus.send_once_many`` (``bus.protocol.send.marked``): tokens and
   their send marks 50 to a transaction, signals bundled, so a row costs about 0.05 storage
   requests; whoever sends a message id first sends it, every other attempt finds its mark;
 * each task reports how many rows this job sent (any attempt of it: the marks name the job)

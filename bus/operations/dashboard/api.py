@@ -19,7 +19,7 @@ from fastapi import APIRouter, HTTPException, Query
 
 from bus.operations.dashboard import models
 from bus.operations.dashboard.monitor import Monitor
-from bus.protocol.deadletters import DeadLetter
+from bus.protocol.poison.deadletters import DeadLetter
 
 
 def router(monitor: Monitor, settings: models.Settings) -> APIRouter:

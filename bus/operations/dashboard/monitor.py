@@ -17,9 +17,9 @@ from bus.bus import Bus, Pause
 from bus.errors import ConfigurationError
 from bus.operations import conversation, overview
 from bus.operations.dashboard.poller import Poller, Reading
-from bus.protocol.deadletters import DeadLetter, ReplayResult
-from bus.protocol.deferral import DeferredMessage
-from bus.protocol.session_admin import SessionInfo, Sessions
+from bus.protocol.outbox.deferral import DeferredMessage
+from bus.protocol.poison.deadletters import DeadLetter, ReplayResult
+from bus.protocol.sessions.admin import SessionInfo, Sessions
 
 
 class UnknownEndpoint(LookupError):

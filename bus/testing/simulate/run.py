@@ -19,11 +19,11 @@ from bus.envelope import Envelope
 from bus.hosting.maintenance import maintenance_pass
 from bus.hosting.worker import Worker
 from bus.protocol.delivery import Outcome
-from bus.protocol.inbox import Token, TokenState, finished
-from bus.protocol.outbox import Outbox
-from bus.protocol.poison import PoisonEntry
+from bus.protocol.outbox.slot import Outbox
+from bus.protocol.poison.queue import PoisonEntry
 from bus.protocol.records import Phase
 from bus.protocol.safeguards import Safeguards
+from bus.protocol.tokens.inbox import Token, TokenState, finished
 from bus.seams import Seams
 from bus.storage import StorageError
 from bus.storage.limits import AZURE, StorageLimits
@@ -116,8 +116,8 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
     client_roots = [root for root in roots if root not in spark_roots]
     garbage = _garbage(bus, world, rng.randint(0, 2))
     # A client using ``send`` must not crash: without the send ledger, re-sending after a crash
-    # sends twice, by design (see bus.protocol.send). With ``send_once`` (half of the runs) it
-    # crashes like everyone else and starts over from its first message. Its storage calls
+    # sends twice, by design (see bus.protocol.send.sender). With ``send_once`` (half of the runs)
+    # it crashes like everyone else and starts over from its first message. Its storage calls
     # fail in every way either way.
     once = rng.random() < 0.5
     senders = 1 if once else senders  # the send ledger's path does not group

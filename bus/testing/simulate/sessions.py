@@ -1,5 +1,5 @@
 """Sessions in the simulation: what endpoint ``s`` must show once a run with sessions has
-quiesced (``workload.SessionPlan`` says what was sent, ``bus.protocol.sessions`` the rules).
+quiesced (``workload.SessionPlan`` says what was sent, ``bus.protocol.sessions.order`` the rules).
 
 1. Every Tally's effect is applied exactly once - or, never applied, its copy is in the
    dead-letter queue for a reason its session accounts for: its handler rejects it on every
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 from bus import Bus
 from bus.adapters.memory import InMemoryStorage
-from bus.protocol.outbox import Outbox
-from bus.protocol.poison import PoisonEntry
-from bus.protocol.sessions import SESSION_ROW, SessionRow, Waiting, decode, stream_key
+from bus.protocol.outbox.slot import Outbox
+from bus.protocol.poison.queue import PoisonEntry
+from bus.protocol.sessions.order import SESSION_ROW, SessionRow, Waiting, decode, stream_key
 from bus.testing.simulate.workload import SessionPlan
 
 ENDPOINT = "s"

@@ -23,9 +23,9 @@ import bus.envelope as wire
 import bus.hosting.settlement as settlement_module
 from bus import Bus, Command, Context, Endpoint, Settings
 from bus.hosting.functions.trigger import QueueTrigger
-from bus.protocol.deadletters import ReplayResult
 from bus.protocol.delivery import Delivery, Outcome
-from bus.protocol.inbox import TokenState
+from bus.protocol.poison.deadletters import ReplayResult
+from bus.protocol.tokens.inbox import TokenState
 from bus.storage import NotFound, Storage, TableOp, TransientError
 from bus.storage.limits import AZURE
 

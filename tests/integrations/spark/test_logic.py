@@ -315,7 +315,7 @@ def test_a_consumer_belongs_to_one_endpoint(bus: Bus, clock: Clock) -> None:
 
 
 def test_drain_takes_bundles_apart_and_leaves_the_rest_for_the_next_batch(bus: Bus) -> None:
-    """A bundle (``bus.protocol.bundles``) is several signals: each is taken (or poisoned)
+    """A bundle (``bus.protocol.copies.bundles``) is several signals: each is taken (or poisoned)
     alone; a batch's limit may split a bundle, whose rest comes back for the next batch."""
     d = drainer(bus)
     send(bus, 9)

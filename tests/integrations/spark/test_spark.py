@@ -30,7 +30,7 @@ import pyspark
 import bus.spark
 from bus import Bus
 from bus.adapters.azure import AzureStorage
-from bus.protocol.inbox import TokenState
+from bus.protocol.tokens.inbox import TokenState
 from bus.seams import Seams
 from bus.testing import seamed_bus
 from tests.integrations.spark.contracts import LABEL, RecordSale, SaleRecorded

@@ -13,7 +13,7 @@ import pytest
 
 from bus.adapters.memory import InMemoryStorage
 from bus.operations.infra_check import parse_checkov, parse_junit
-from bus.protocol.topics import Topics
+from bus.protocol.copies.topics import Topics
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "infra" / "app" / "topics.sh"

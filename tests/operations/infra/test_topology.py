@@ -20,7 +20,7 @@ from bus.adapters.memory import InMemoryStorage
 from bus.operations.apps import AppError, load_bus
 from bus.operations.cli import main
 from bus.operations.topology_file import TopologyFile, drift, topic_file
-from bus.protocol.topics import Topics
+from bus.protocol.copies.topics import Topics
 
 ROOT = Path(__file__).resolve().parents[3]
 COMMITTED = ROOT / "infra" / "topology.json"

@@ -16,8 +16,8 @@ import logging
 from collections.abc import Callable, Sequence
 
 from bus.errors import Contention
-from bus.protocol.dispatch import Dispatcher
-from bus.protocol.outbox import ClaimLost, Outbox, Slot
+from bus.protocol.outbox.dispatch import Dispatcher
+from bus.protocol.outbox.slot import ClaimLost, Outbox, Slot
 from bus.protocol.records import Phase, RecordKey
 from bus.protocol.safeguards import Safeguards
 

@@ -68,6 +68,6 @@ class Payloads:
 
     def refs(self) -> list[PayloadRef]:
         """The claim checks in the container (not the poison entries kept there:
-        ``bus.protocol.poison``)."""
+        ``bus.protocol.poison.queue``)."""
         return [PayloadRef(container=self.container, blob=name)
                 for name in self.blobs.list(self.container) if not name.startswith("~")]

@@ -1,7 +1,7 @@
 """The sessions of an endpoint, for operators and maintenance: list, show, skip, close.
 
 Session rows live in the endpoint's state table, beside the business rows
-(``bus.protocol.sessions``). Listing them is a query of the row keys that start with
+(``bus.protocol.sessions.order``). Listing them is a query of the row keys that start with
 ``~bus.session~`` (a scan of the table on the service's side: for tooling, not hot paths).
 
 An operator's change to a session row is written in one transaction with the partition's
@@ -19,11 +19,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bus.errors import Contention
-from bus.protocol.courier import Courier
-from bus.protocol.deferral import release
-from bus.protocol.inbox import TokenState
-from bus.protocol.outbox import ClaimLost, Outbox
-from bus.protocol.sessions import (
+from bus.protocol.copies.courier import Courier
+from bus.protocol.outbox.deferral import release
+from bus.protocol.outbox.slot import ClaimLost, Outbox
+from bus.protocol.sessions.order import (
     SESSION_ROW,
     SessionRow,
     Waiting,
@@ -31,6 +30,7 @@ from bus.protocol.sessions import (
     session_row_key,
     write_op,
 )
+from bus.protocol.tokens.inbox import TokenState
 from bus.storage import Entity, Tables
 
 log = logging.getLogger(__name__)

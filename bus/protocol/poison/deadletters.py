@@ -56,10 +56,10 @@ from bus.envelope import (
 from bus.errors import Contention, UnreadableVersion
 from bus.ids import random_id
 from bus.naming import Names
-from bus.protocol.inbox import Inbox, TokenState
-from bus.protocol.payloads import Payloads
-from bus.protocol.poison import PoisonEntry, PoisonQueue
-from bus.protocol.verdict import Verdict, verdict
+from bus.protocol.copies.payloads import Payloads
+from bus.protocol.poison.queue import PoisonEntry, PoisonQueue
+from bus.protocol.tokens.inbox import Inbox, TokenState
+from bus.protocol.tokens.verdict import Verdict, verdict
 from bus.storage import NotFound, QueueMessage, Queues
 
 HOST_REASON = "moved to the poison queue by the host after its maximum dequeue count"

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from bus.envelope import Envelope
 from bus.errors import Contention
 from bus.ids import IdFactory
-from bus.protocol.courier import Courier, due_at
-from bus.protocol.inbox import Lineage, Mark, Token, TokenState
+from bus.protocol.copies.courier import Courier, due_at
+from bus.protocol.tokens.inbox import Lineage, Mark, Token, TokenState
 from bus.storage import Conflict, TransientError
 
 _ROUNDS = 20

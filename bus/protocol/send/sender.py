@@ -6,7 +6,7 @@ fresh attempt id, so a late ("ghost") request can never make the copy processabl
 ``send`` that raises may or may not have sent; senders that need idempotent re-sends should send
 from a handler (whose outbox makes them exactly-once) or keep their own record.
 
-Concurrent sends share their requests (``bus.protocol.sendgroup``); what a shared flush left
+Concurrent sends share their requests (``bus.protocol.send.group``); what a shared flush left
 undone, each caller finishes here alone, by the same rules: tokens of unknown outcome are
 fenced and replaced, signals that did not go are sent again (tokens deduplicate them).
 """
@@ -21,8 +21,8 @@ from tenacity import Retrying
 from bus.backoff import exponential, transient_retries
 from bus.envelope import Envelope
 from bus.ids import IdFactory
-from bus.protocol.courier import Courier
-from bus.protocol.sendgroup import Gate, SendGroup, Ticket
+from bus.protocol.copies.courier import Courier
+from bus.protocol.send.group import Gate, SendGroup, Ticket
 from bus.storage import Conflict, TransientError
 
 

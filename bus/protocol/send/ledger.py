@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from bus.envelope import Envelope
 from bus.errors import Contention
 from bus.ids import IdFactory
-from bus.protocol.dispatch import Dispatcher
-from bus.protocol.outbox import SLOT_ROW, ClaimLost, Outbox, Slot
+from bus.protocol.outbox.dispatch import Dispatcher
+from bus.protocol.outbox.slot import SLOT_ROW, ClaimLost, Outbox, Slot
 from bus.protocol.records import OutboxRecord, Phase
 from bus.protocol.safeguards import Safeguards
 from bus.storage import PreconditionFailed, Tables

@@ -4,7 +4,7 @@ Four reasons, one rule each: the signal cannot be processed as it is (``bad``: i
 decode, is not for this endpoint, its payload is gone, its message does not validate), its
 time-to-live ended before it was handled (``expired``), its handler failed on the last
 delivery allowed or rejected it (``failed``), or storage failed on every delivery its host
-allows (``give_up``). Parking the token (``bus.protocol.inbox``) is what lets the dead-letter
+allows (``give_up``). Parking the token (``bus.protocol.tokens.inbox``) is what lets the dead-letter
 tools replay the entry exactly once.
 """
 
@@ -17,9 +17,9 @@ from bus.envelope import BadSignal, Envelope, decode_signal
 from bus.observability import conventions as sc
 from bus.observability import note_error
 from bus.protocol.delivery import Outcome, dropped, no_ack
-from bus.protocol.inbox import Inbox, Token
-from bus.protocol.poison import PoisonQueue
-from bus.protocol.verdict import Verdict, verdict
+from bus.protocol.poison.queue import PoisonQueue
+from bus.protocol.tokens.inbox import Inbox, Token
+from bus.protocol.tokens.verdict import Verdict, verdict
 from bus.retry import Reject
 from bus.storage import StorageError
 
@@ -87,7 +87,7 @@ class Poisoning:
 
     def unverified(self, body: str, envelope: Envelope, reason: str, dequeue_count: int,
                    ack: Callable[[], None]) -> Outcome:
-        """A signal whose signature does not hold (``bus.protocol.sealing``): poisoned with
+        """A signal whose signature does not hold (``bus.protocol.copies.sealing``): poisoned with
         the reason, but the token it names is left alone - an unauthenticated signal must not
         park the token of a real copy (which then goes on to be processed). A replay after the
         keys are fixed finds the token live and re-sends the signal: processed once."""

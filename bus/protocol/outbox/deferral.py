@@ -34,7 +34,7 @@ How it stays exactly-once:
 
 A deferral has no expiry of its own, and a deferred message's claim-check payload is kept while
 it waits. A message sent with a time-to-live (``expires_at``) keeps it while deferred: released
-after it ended, it is poisoned as expired on arrival (``bus.protocol.admission``).
+after it ended, it is poisoned as expired on arrival (``bus.protocol.receive.admission``).
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ from dataclasses import dataclass
 
 from bus.envelope import Envelope, decode_signal
 from bus.errors import Contention
-from bus.protocol.courier import Courier
-from bus.protocol.inbox import Inbox, Token, TokenState, finished
+from bus.protocol.copies.courier import Courier
 from bus.protocol.records import OutboxRecord
+from bus.protocol.tokens.inbox import Inbox, Token, TokenState, finished
 
 _ROUNDS = 5
 

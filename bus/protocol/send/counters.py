@@ -1,4 +1,4 @@
-"""Sequence counters of client streams (``bus.protocol.sessions``), in the send ledger table.
+"""Sequence counters of client streams (``bus.protocol.sessions.order``), in the send ledger table.
 
 A handler's sends are numbered from its partition's outbox slot, which every commit rewrites
 anyway. A client has no slot: each of its streams - one destination and session - keeps a
@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable
 
 from bus.errors import Contention
-from bus.protocol.sessions import counter_partition
+from bus.protocol.sessions.order import counter_partition
 from bus.storage import Conflict, Entity, NotFound, PreconditionFailed, StorageError, Tables
 
 _ROW = "counter"

@@ -18,9 +18,9 @@ A token row is one of these:
                  the sweeper parked because no signal had come for it is marked ``orphan``:
                  if its signal arrives after all, the copy is processed;
 * ``deferred`` - a handler set the message aside (``Context.defer``): no copy of it is
-                 processed until someone releases it (``bus.protocol.deferral``). The row keeps
-                 the signal to send again, and an index row ``~deferred~<message id>`` in the
-                 same partition finds it by message id.
+                 processed until someone releases it (``bus.protocol.outbox.deferral``).
+                 The row keeps the signal to send again, and an index row
+                 ``~deferred~<message id>`` in the same partition finds it by message id.
 
 A token's ``generation`` counts its releases: an outbox record that deferred the message
 remembers the generation it saw, so once the message is released the old record no longer
@@ -49,7 +49,7 @@ from bus.storage import (
 from bus.storage.limits import StorageLimits, split_text
 
 _INDEX = "~deferred~"  # row key prefix of the deferral index (attempt ids never contain ~)
-_MARK = "~sent~"  # row key prefix of send marks (``bus.protocol.marked``)
+_MARK = "~sent~"  # row key prefix of send marks (``bus.protocol.send.marked``)
 
 
 class TokenState(str, enum.Enum):
@@ -116,7 +116,7 @@ class Token:
 
 @dataclass(frozen=True)
 class Mark:
-    """A send mark (``bus.protocol.marked``): the copy of ``message_id`` sent to ``endpoint``
+    """A send mark (``bus.protocol.send.marked``): the copy of ``message_id`` sent to ``endpoint``
     has the token ``attempt_id``; made at ``at`` (clock seconds)."""
 
     endpoint: str
@@ -315,7 +315,7 @@ class Inbox:
         return [_token(row) for row in self._tables.query(self._table, endpoint)
                 if not row.row_key.startswith((_INDEX, _MARK))]
 
-    # -- send marks (``bus.protocol.marked``) ---------------------------------------------------
+    # -- send marks (``bus.protocol.send.marked``) ----------------------------------------------
     def create_marked(self, endpoint: str, copies: Sequence[tuple[str, str, float | None]],
                       now: float, *, origin: str = "", together: bool = True,
                       marked: bool = True,

@@ -42,7 +42,7 @@ from bus.errors import Contention, UnreadableRecord
 from bus.observability import Processing, Telemetry
 from bus.observability import conventions as sc
 from bus.observability.stats import StatsBook
-from bus.protocol.admission import Admission, Admitted
+from bus.protocol.copies.payloads import Payloads
 from bus.protocol.delivery import (
     Delivery,
     HandlerFailed,
@@ -52,16 +52,16 @@ from bus.protocol.delivery import (
     dropped,
     no_ack,
 )
-from bus.protocol.dispatch import Dispatcher
-from bus.protocol.handling import Handling
-from bus.protocol.inbox import Inbox, Token, finished
-from bus.protocol.outbox import ClaimLost, Outbox, Slot
-from bus.protocol.payloads import Payloads
-from bus.protocol.poisoning import Poisoning
+from bus.protocol.outbox.dispatch import Dispatcher
+from bus.protocol.outbox.slot import ClaimLost, Outbox, Slot
+from bus.protocol.poison.poisoning import Poisoning
+from bus.protocol.receive.admission import Admission, Admitted
+from bus.protocol.receive.handling import Handling
+from bus.protocol.receive.slotcache import SlotCache
 from bus.protocol.records import OutboxRecord, Phase, RecordKey
 from bus.protocol.safeguards import Safeguards
-from bus.protocol.slotcache import SlotCache
-from bus.protocol.verdict import Verdict, verdict
+from bus.protocol.tokens.inbox import Inbox, Token, finished
+from bus.protocol.tokens.verdict import Verdict, verdict
 from bus.storage import StorageError, TableOp
 
 __all__ = ["Contention", "Receiver"]

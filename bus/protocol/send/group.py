@@ -5,14 +5,14 @@ A client that sends from several threads at once (a web app's request handlers, 
 signal. Instead, while one thread's requests are on the wire, the sends that arrive wait;
 when it is done, the first of them takes everything waiting and puts it on its way together:
 the tokens in one transaction per destination, the signals in one bundle per destination
-(``bus.protocol.bundles``). This is the group commit of databases and the batching of Kafka's
+(``bus.protocol.copies.bundles``). This is the group commit of databases and the batching of Kafka's
 producer, without a timer: a lone sender never waits, and a waiting sender waits for at most
 the flush ahead of it.
 
 The group only shares requests. What a flush leaves undone is finished by each caller on its
-own thread (``bus.protocol.send``): if the token transaction failed, its outcome is unknown, so
-the caller fences its attempt ids and sends alone with fresh ones; if a bundle failed, the
-caller sends its signals again alone. One flush runs at a time per ``Bus``; each thread
+own thread (``bus.protocol.send.sender``): if the token transaction failed, its outcome is
+unknown, so the caller fences its attempt ids and sends alone with fresh ones; if a bundle
+failed, the caller sends its signals again alone. One flush runs at a time per ``Bus``; each thread
 flushes at most the one group it leads, so nobody does unbounded work for others.
 
 Waiting uses a :class:`Gate` per caller (``threading.Event`` by default). The simulation
@@ -26,8 +26,8 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from bus.envelope import Envelope
-from bus.protocol.bundles import MAX_PARTS
-from bus.protocol.courier import Courier
+from bus.protocol.copies.bundles import MAX_PARTS
+from bus.protocol.copies.courier import Courier
 from bus.storage import StorageError
 
 MAX_GROUP = MAX_PARTS

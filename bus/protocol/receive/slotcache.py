@@ -30,7 +30,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from bus.protocol.outbox import Slot
+from bus.protocol.outbox.slot import Slot
 from bus.storage import EntityValue, TableOp
 
 WINDOW = 64

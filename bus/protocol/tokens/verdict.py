@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import enum
 
-from bus.protocol.inbox import Token, TokenState
+from bus.protocol.tokens.inbox import Token, TokenState
 
 
 class Verdict(str, enum.Enum):

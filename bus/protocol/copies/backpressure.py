@@ -15,7 +15,7 @@ send is refused with :class:`QueueFull`:
 The depth is the queue's approximate message count, read at most once per
 ``Settings.depth_check_seconds`` per queue and process, so a burst may overshoot the limit by
 what arrives within that window: the bound protects the system from runaway queues, it is not
-an exact quota. A bundle (``bus.protocol.bundles``) is one queue message however many signals
+an exact quota. A bundle (``bus.protocol.copies.bundles``) is one queue message however many signals
 it carries (at most ``MAX_PARTS``), so a queue of bundles holds more signals than its depth
 says; for an exact bound in signals, turn bundles off (``Settings.signal_bundles``).
 """

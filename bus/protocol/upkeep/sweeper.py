@@ -39,12 +39,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bus.protocol.inbox import Inbox, Token, TokenState
-from bus.protocol.outbox import ClaimLost, Outbox
-from bus.protocol.payloads import Payloads
-from bus.protocol.poison import PoisonQueue
+from bus.protocol.copies.payloads import Payloads
+from bus.protocol.outbox.slot import ClaimLost, Outbox
+from bus.protocol.poison.queue import PoisonQueue
 from bus.protocol.safeguards import Safeguards
-from bus.protocol.verdict import verdict
+from bus.protocol.tokens.inbox import Inbox, Token, TokenState
+from bus.protocol.tokens.verdict import verdict
 
 ALL_ON = Safeguards()
 

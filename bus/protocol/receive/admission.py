@@ -27,15 +27,15 @@ from bus.envelope import BadSignal, Envelope, decode_signal
 from bus.errors import PayloadError, StateError
 from bus.messages import Message
 from bus.naming import RESERVED_PREFIX
-from bus.protocol.courier import due_in
+from bus.protocol.copies.courier import due_in
+from bus.protocol.copies.payloads import Payloads
+from bus.protocol.copies.sealing import Sealer
 from bus.protocol.delivery import Incoming, Outcome, dropped
-from bus.protocol.inbox import Inbox
-from bus.protocol.payloads import Payloads
-from bus.protocol.poisoning import Poisoning
+from bus.protocol.poison.poisoning import Poisoning
 from bus.protocol.safeguards import Safeguards
-from bus.protocol.sealing import Sealer
-from bus.protocol.sessions import check_session, session_row_key
-from bus.protocol.verdict import Verdict, verdict
+from bus.protocol.sessions.order import check_session, session_row_key
+from bus.protocol.tokens.inbox import Inbox
+from bus.protocol.tokens.verdict import Verdict, verdict
 from bus.serialization import Serializer
 from bus.storage import Queues
 from bus.storage.limits import StorageLimits

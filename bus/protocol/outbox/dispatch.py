@@ -36,12 +36,12 @@ from bus.envelope import Envelope
 from bus.errors import QueueFull
 from bus.ids import IdFactory
 from bus.observability import Telemetry
-from bus.protocol.courier import Courier, due_at
-from bus.protocol.deferral import release, set_aside
-from bus.protocol.inbox import Lineage, Origin, finished
-from bus.protocol.outbox import Outbox, Slot
+from bus.protocol.copies.courier import Courier, due_at
+from bus.protocol.outbox.deferral import release, set_aside
+from bus.protocol.outbox.slot import Outbox, Slot
 from bus.protocol.records import OutboxRecord, Phase
 from bus.protocol.safeguards import Safeguards
+from bus.protocol.tokens.inbox import Lineage, Origin, finished
 from bus.storage import StorageError
 
 

@@ -13,18 +13,19 @@ from bus.envelope import Envelope, encode_bundle, encode_signal, fits_signal
 from bus.errors import QueueFull
 from bus.naming import Names
 from bus.observability import Telemetry
-from bus.protocol.backpressure import Room
-from bus.protocol.bundles import pack
-from bus.protocol.inbox import Inbox, Lineage, Origin
-from bus.protocol.payloads import Payloads
-from bus.protocol.sealing import Sealer
+from bus.protocol.copies.backpressure import Room
+from bus.protocol.copies.bundles import pack
+from bus.protocol.copies.payloads import Payloads
+from bus.protocol.copies.sealing import Sealer
+from bus.protocol.tokens.inbox import Inbox, Lineage, Origin
 from bus.signing import payload_digest
 from bus.storage import Queues, StorageError
 
 
 class Courier:
     """``room`` refuses signals to full queues; ``in_flight`` bounds how many of this
-    courier's calls are on the wire at once, across threads (``bus.protocol.backpressure``)."""
+    courier's calls are on the wire at once, across threads
+    (``bus.protocol.copies.backpressure``)."""
 
     def __init__(self, *, queues: Queues, names: Names, inbox: Inbox, payloads: Payloads,
                  clock: Callable[[], float], room: Room | None = None,

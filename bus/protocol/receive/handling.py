@@ -22,15 +22,14 @@ from bus.endpoint import Endpoint
 from bus.errors import RecordTooLarge, StateError
 from bus.middleware import HandleNext, Middleware, handling_chain
 from bus.naming import RESERVED_PREFIX
-from bus.protocol.admission import Admitted
-from bus.protocol.deferral import seen
 from bus.protocol.delivery import HandlerFailed, Incoming
-from bus.protocol.inbox import Inbox, Token
-from bus.protocol.outbox import ClaimLost, Outbox, Slot
-from bus.protocol.poisoning import Poisoning
+from bus.protocol.outbox.deferral import seen
+from bus.protocol.outbox.slot import ClaimLost, Outbox, Slot
+from bus.protocol.poison.poisoning import Poisoning
+from bus.protocol.receive.admission import Admitted
 from bus.protocol.records import OutboxRecord, Release
 from bus.protocol.safeguards import Safeguards
-from bus.protocol.sessions import (
+from bus.protocol.sessions.order import (
     Gaps,
     Handle,
     Numbering,
@@ -45,6 +44,7 @@ from bus.protocol.sessions import (
     session_row_key,
     write_op,
 )
+from bus.protocol.tokens.inbox import Inbox, Token
 from bus.retry import Reject, RetryAfter, RetryPolicy, backoff
 from bus.storage import StorageError, TableOp, Tables
 
