@@ -174,7 +174,7 @@ def drive(inst: Installation, cfg: BenchConfig, *, consume: Sequence[str], messa
     for crew in crews:
         for worker in crew:
             outcomes.update(worker.outcomes)
-    group = inst.client.sender.group
+    group = inst.client.parts.sender.group
     return LoadOutcome(flow, outcomes, ops, errors, inst.wire.side("consumer"),
                        inst.wire.side("producer"), used,
                        {"flushes": group.flushes if group else 0,

@@ -57,7 +57,7 @@ def run(cfg: BenchConfig, telemetry: Telemetry | None = None) -> ScenarioResult:
             traced += TRACEPARENT in decode_signal(body).headers
 
         pong_messages, pongs = count_signals(inst.plain.queues, names.queue(HOP_TO), look)
-        slots = inst.bus.receiver(HOP_FROM).slots
+        slots = inst.bus.parts.receiver(HOP_FROM).slots
         if pongs < cfg.messages:
             raise BenchError(f"eo hop: only {pongs} Pong signals for {cfg.messages} hops")
     check_outcomes("eo hop", load.outcomes)

@@ -207,7 +207,7 @@ def session_run(cfg: BenchConfig, index: int) -> HopRun:
         load = drive(inst, cfg, consume=[HOP_FROM], messages=cfg.messages, copies=1,
                      send=send, settled=runs.settled)
         verify(inst, cfg, load, order)
-        slots = inst.bus.receiver(HOP_FROM).slots
+        slots = inst.bus.parts.receiver(HOP_FROM).slots
     return HopRun("sessions", index, cfg.messages, load.flow.seconds, load.ops,
                   load.client_requests, load.errors, load.cpu, dict(load.outcomes),
                   {"hits": slots.hits, "stale": slots.stale})

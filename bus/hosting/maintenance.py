@@ -55,7 +55,7 @@ def maintenance_pass(bus: Bus, stalled_seconds: float = 300.0) -> MaintenanceRep
         _failed(report, "the sweep")
     for name in endpoints:
         try:
-            report.recovered[name] = bus.outbox_driver(name).recover(stalled_seconds)
+            report.recovered[name] = bus.parts.outbox_driver(name).recover(stalled_seconds)
         except Exception:
             _failed(report, f"recovering at {name}")
     for name in endpoints:
@@ -66,14 +66,14 @@ def maintenance_pass(bus: Bus, stalled_seconds: float = 300.0) -> MaintenanceRep
         except Exception:
             _failed(report, f"moving sessions on at {name}")
     try:
-        report.ledger_forgotten = bus.ledger.forget(bus.settings.ledger_retention_seconds)
+        report.ledger_forgotten = bus.parts.ledger.forget(bus.settings.ledger_retention_seconds)
     except Exception:
         _failed(report, "forgetting old send-ledger rows")
     if bus.settings.stats_flush_seconds is not None:
         for name in endpoints:
             try:
                 report.stats_forgotten += stats.forget(
-                    bus.storage.tables, bus.names.state_table(name), bus.clock(),
+                    bus.storage.tables, bus.names.state_table(name), bus.parts.clock(),
                     bus.settings.stats_retention_days)
             except Exception:
                 _failed(report, f"forgetting old statistics at {name}")

@@ -114,7 +114,7 @@ class Settlement(Generic[M]):
         about throttling."""
         self.bus = bus
         self.endpoint = endpoint
-        self.receiver = bus.receiver(endpoint)
+        self.receiver = bus.parts.receiver(endpoint)
         self.queue = bus.names.queue(endpoint)
         self._host = host
         self.max_delivery_count = (max_delivery_count if max_delivery_count is not None
@@ -225,7 +225,7 @@ class Settlement(Generic[M]):
     def _ack(self, part: Part[M]) -> None:
         """The part's outcome is durable; the message goes once all its parts are."""
         last = part.settled()
-        if last or not self.bus.safeguards.whole_bundle_ack:  # off: "ack-bundle-early"
+        if last or not self.bus.parts.safeguards.whole_bundle_ack:  # off: "ack-bundle-early"
             self._host.delete(part.message)
 
     def _release(self, part: Part[M], delay: float | None, cause: Exception) -> None:

@@ -41,7 +41,7 @@ class Worker:
         length, for at most ``max_lease_renewal`` seconds (``bus.hosting.leases``); the
         simulation turns it off (its clock is virtual, its leases expire on purpose)."""
         self.bus = bus
-        self.receiver = bus.receiver(endpoint)
+        self.receiver = bus.parts.receiver(endpoint)
         self.queue = bus.names.queue(endpoint)
         self.batch_size = batch_size
         self.retry_delay = retry_delay
@@ -50,14 +50,14 @@ class Worker:
         self._keeper = (LeaseKeeper(bus.storage.queues, self.queue,
                                     lease=bus.settings.lease_seconds, limit=max_lease_renewal)
                         if renew_leases else None)
-        self.breaker = breaker or CircuitBreaker(bus, endpoint, clock=bus.clock)
+        self.breaker = breaker or CircuitBreaker(bus, endpoint, clock=bus.parts.clock)
         self.settlement = Settlement(
             bus, endpoint, self, in_process_tries=in_process_tries, sleep=sleep,
             wait=wait or exponential_jitter(),
             breaker=self.breaker)
         self.depths = QueueDepths(bus.storage.queues, {endpoint: self.queue},
-                                  bus.settings.queue_depth_seconds, bus.clock)
-        bus.telemetry.watch_depths(self.depths)  # eobus.queue.depth while this worker lives
+                                  bus.settings.queue_depth_seconds, bus.parts.clock)
+        bus.parts.telemetry.watch_depths(self.depths)  # eobus.queue.depth while this worker lives
 
     poisons_at_max = False
     """The worker moves nothing to a poison queue on its own (``Host.poisons_at_max``)."""
@@ -87,7 +87,7 @@ class Worker:
             started = time.time_ns()
             messages = self.bus.storage.queues.receive(
                 self.queue, max_messages=self.batch_size, lease=self.bus.settings.lease_seconds)
-            self.bus.telemetry.received(self.receiver.endpoint, len(messages), started)
+            self.bus.parts.telemetry.received(self.receiver.endpoint, len(messages), started)
         except Throttled as exc:
             self.breaker.throttled(exc)
             return 0
@@ -117,7 +117,7 @@ class Worker:
 
     def delete(self, message: QueueMessage) -> None:
         """Every part of ``message`` is settled (``Host.delete``)."""
-        with self._settling(message) as current, self.bus.telemetry.settling(
+        with self._settling(message) as current, self.bus.parts.telemetry.settling(
                 self.receiver.endpoint, "delete"):
             self._delete(current)
 
@@ -134,7 +134,7 @@ class Worker:
         """Make ``message`` visible again after ``delay`` (the retry policy's, for a handler
         failure) or ``retry_delay`` (storage trouble). If this fails too, the lease runs out
         on its own."""
-        with self._settling(message) as current, self.bus.telemetry.settling(
+        with self._settling(message) as current, self.bus.parts.telemetry.settling(
                 self.receiver.endpoint, "release"), contextlib.suppress(StorageError):
             self.bus.storage.queues.extend(
                 self.queue, current, lease=self.retry_delay if delay is None else delay)

@@ -65,8 +65,8 @@ class _Seen:
 def conversation(bus: Bus, id: str) -> Conversation:
     """The conversation ``id`` names: as a message id (its conversation), else as a
     correlation id."""
-    now = bus.clock()
-    tokens = [t for t in bus.inbox.all() if t.state is not TokenState.FENCED]
+    now = bus.parts.clock()
+    tokens = [t for t in bus.parts.inbox.all() if t.state is not TokenState.FENCED]
     live = {(t.endpoint, t.message_id): t for t in tokens}
     seen = [*_from_tokens(tokens, now), *_from_poison(bus, live),
             *_from_records(bus, live, now)]

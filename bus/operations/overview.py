@@ -24,8 +24,8 @@ class ScheduledMessage:
 def scheduled(bus: Bus, endpoint: str, now: float | None = None) -> list[ScheduledMessage]:
     """The copies at ``endpoint`` still waiting for their time, soonest first (a scan of the
     endpoint's tokens: one request per 1,000 messages in flight)."""
-    now = bus.clock() if now is None else now
-    waiting = [token for token in bus.inbox.all(endpoint)
+    now = bus.parts.clock() if now is None else now
+    waiting = [token for token in bus.parts.inbox.all(endpoint)
                if token.due is not None and token.due > now
                and token.state in (TokenState.LIVE, TokenState.PENDING)]
     return sorted((ScheduledMessage(endpoint, t.message_id, t.attempt_id, t.due or 0.0,

@@ -9,6 +9,7 @@ from bus.endpoint import Endpoint
 from bus.messages import Message
 from bus.middleware import Middleware
 from bus.observability import Telemetry
+from bus.parts import Parts
 from bus.seams import Seams
 from bus.serialization import Serializer
 from bus.settings import Settings
@@ -24,9 +25,7 @@ def seamed_bus(seams: Seams, storage: Storage, endpoints: Sequence[Endpoint] = (
                readers: Readers | None = None, telemetry: Telemetry | None = None) -> Bus:
     """``Bus(storage, endpoints, ...)`` whose clock, ids, sleeps and safeguards are ``seams``'s
     (for tests and the simulation: production never replaces them)."""
-    bus = Bus.__new__(Bus)
-    bus._assemble(storage, endpoints, prefix=prefix, routes=routes, settings=settings,
-                  serializer=serializer, middleware=middleware,
-                  max_queue_depths=max_queue_depths, seams=seams, readers=readers,
-                  telemetry=telemetry)
-    return bus
+    return Bus.over(Parts(storage, endpoints, prefix=prefix, routes=routes, settings=settings,
+                          serializer=serializer, middleware=middleware,
+                          max_queue_depths=max_queue_depths, readers=readers,
+                          telemetry=telemetry, seams=seams))

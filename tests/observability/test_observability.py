@@ -150,7 +150,7 @@ def test_each_part_of_a_bundle_has_its_own_process_span(storage: Storage, prefix
     # The three copies travel in one queue message: a bundle.
     [message] = bus.storage.queues.receive(bus.names.queue("parts"), max_messages=32,
                                            lease=30)
-    assert bus.courier.bundled == 3
+    assert bus.parts.courier.bundled == 3
     bus.storage.queues.extend(bus.names.queue("parts"), message, lease=0)
     drain(bus, ["parts"])
     assert sorted(handled) == [0, 1, 2]
@@ -389,7 +389,7 @@ def test_queue_depth_is_read_once_per_interval(storage: Storage, prefix: str,
     now = [1000.0]
     bus = build(counted, prefix, telemetry=recorded.telemetry,
                 settings=Settings(queue_depth_seconds=60))
-    bus.clock = lambda: now[0]
+    bus.parts.clock = lambda: now[0]
     for order in range(3):
         bus.send(PlaceOrder(order_id=f"o{order}", amount=5))
     workers = [Worker(bus, "orders"), Worker(bus, "orders"), Worker(bus, "billing")]
@@ -397,7 +397,7 @@ def test_queue_depth_is_read_once_per_interval(storage: Storage, prefix: str,
     other = Bus(counted, [Endpoint("audit")], prefix=prefix + "x",
                 telemetry=Telemetry(meter_provider=recorded.meter_provider))
     other.provision()
-    other.clock = lambda: now[0]
+    other.parts.clock = lambda: now[0]
     workers.append(Worker(other, "audit"))
     counter.reset()
 
@@ -463,7 +463,7 @@ def test_an_earlier_record_completed_by_a_later_claim_is_under_its_span(
     bus = build(storage, prefix, telemetry=recorded.telemetry)
     bus.send(PlaceOrder(order_id="o1", amount=5))
     [first] = bus.storage.queues.receive(bus.names.queue("orders"), max_messages=1, lease=30)
-    [handed] = bus.receiver("orders").receive([Incoming(first.body, 1)], inline_max=0)
+    [handed] = bus.parts.receiver("orders").receive([Incoming(first.body, 1)], inline_max=0)
     assert isinstance(handed, Delivery) and handed.handoff is not None  # left in the slot
     later = bus.send(PlaceOrder(order_id="o1", amount=7))  # the same partition
     drain(bus, ["orders"])  # its claim completes the first record, then handles its own

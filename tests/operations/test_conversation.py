@@ -59,11 +59,11 @@ def test_tokens_keep_their_message_s_lineage_through_confirmation(storage: Stora
                                                                  prefix: str) -> None:
     bus = flow(storage, prefix)
     root = bus.send(Order(order_id="o1"), correlation_id="c1")
-    [token] = bus.inbox.all("orders")
+    [token] = bus.parts.inbox.all("orders")
     assert token.lineage == Lineage("c1", None, "Order", "client")
     drain(bus, ["orders"])
     # The handler's copies: created pending before its commit, confirmed live after it.
-    copies = {t.endpoint: t for t in bus.inbox.all() if t.state is TokenState.LIVE}
+    copies = {t.endpoint: t for t in bus.parts.inbox.all() if t.state is TokenState.LIVE}
     assert set(copies) == {"billing", "shipping", "orders"}
     for endpoint in ("billing", "shipping"):
         assert copies[endpoint].lineage == Lineage("c1", root, "Placed", "orders")

@@ -64,14 +64,14 @@ def test_an_interrupted_replay_resends_and_a_stale_entry_is_dropped(storage: Sto
     # A replay that died after unparking the token: the entry is still there, the token live.
     [letter] = bus.dead_letters("payments").entries()
     assert letter.entry.envelope is not None
-    token = bus.inbox.read("payments", letter.entry.envelope.attempt_id)
-    assert token is not None and bus.inbox.unpark(token, 0.0)
+    token = bus.parts.inbox.read("payments", letter.entry.envelope.attempt_id)
+    assert token is not None and bus.parts.inbox.unpark(token, 0.0)
     assert bus.dead_letters("payments").replay() == {entry: ReplayResult.RESENT}
     bus.storage.queues.send(bus.names.queue("payments"), letter.entry.original_body)  # a copy
     assert drain(bus).total() == {"processed": 1, "duplicate": 1}
     assert charged(bus, "o2") == 1
     # An entry whose message was processed since is stale: replaying removes it, sends nothing.
-    bus.poison_queue("payments").put(letter.entry.original_body, reason="again",
+    bus.parts.poison_queue("payments").put(letter.entry.original_body, reason="again",
                                      dequeue_count=1, now=0.0, envelope=letter.entry.envelope)
     [again] = bus.dead_letters("payments").entries()
     assert bus.dead_letters("payments").replay() == {again.id: ReplayResult.STALE}

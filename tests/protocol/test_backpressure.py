@@ -85,10 +85,10 @@ def test_a_client_send_to_a_full_queue_is_refused_before_anything_is_written(
     bus = build(storage, prefix)
     bus.send(Pick(order_id="a"))
     bus.send(Pick(order_id="b"))
-    tokens = len(bus.inbox.all())
+    tokens = len(bus.parts.inbox.all())
     with pytest.raises(QueueFull, match=r"'warehouse' is full \(2 messages, limit 2\)"):
         bus.send(Pick(order_id="c"))
-    assert depth(bus, "warehouse") == 2 and len(bus.inbox.all()) == tokens
+    assert depth(bus, "warehouse") == 2 and len(bus.parts.inbox.all()) == tokens
     drain(Worker(bus, "warehouse", retry_delay=0))
     bus.send(Pick(order_id="c"))  # room again
     drain(Worker(bus, "warehouse", retry_delay=0))
@@ -105,7 +105,7 @@ def test_a_handler_send_to_a_full_queue_waits_in_the_outbox(storage: Storage,
     assert orders.poll_once() == 1
     # The order's effect is committed once; its Pick has a token but no signal yet.
     assert counted(bus, "orders", "o1", "ordered") == 1 and depth(bus, "warehouse") == 2
-    waiting = [t for t in bus.inbox.all() if t.endpoint == "warehouse"]
+    waiting = [t for t in bus.parts.inbox.all() if t.endpoint == "warehouse"]
     assert len(waiting) == 3 and all(t.processable for t in waiting)  # live or pending
     assert depth(bus, "orders") == 1  # the Order signal was released, not acknowledged
     assert orders.poll_once() == 1 and depth(bus, "warehouse") == 2  # still full: waits
@@ -114,7 +114,7 @@ def test_a_handler_send_to_a_full_queue_waits_in_the_outbox(storage: Storage,
     drain(Worker(bus, "warehouse", retry_delay=0))
     assert counted(bus, "orders", "o1", "ordered") == 1
     assert counted(bus, "warehouse", "o1", "picked") == 1
-    assert bus.inbox.all() == [] and depth(bus, "orders") == 0
+    assert bus.parts.inbox.all() == [] and depth(bus, "orders") == 0
 
 
 def test_send_once_keeps_a_refused_message_in_its_ledger(storage: Storage,

@@ -83,7 +83,7 @@ def test_sends_to_one_endpoint_share_a_queue_message(storage: Storage, prefix: s
     assert drain(bus, ["counter"], batched=batched).total() == {"processed": 3}
     assert [count(bus, k) for k in "abc"] == [1, 1, 1]
     assert waiting(bus, "counter") == []
-    assert bus.courier.bundled == 3
+    assert bus.parts.courier.bundled == 3
 
 
 def test_turned_off_every_signal_is_its_own_message(storage: Storage, prefix: str) -> None:
@@ -179,7 +179,7 @@ def test_scheduled_copies_travel_alone(storage: Storage, prefix: str) -> None:
     later = envelopes[1].model_copy(update={
         "not_before": datetime.now(timezone.utc) + timedelta(hours=1)})
     bus = build(storage, prefix)
-    assert bus.courier.signal_many([envelopes[0], later, envelopes[2]]) == [None] * 3
+    assert bus.parts.courier.signal_many([envelopes[0], later, envelopes[2]]) == [None] * 3
     [visible] = bus.storage.queues.receive(bus.names.queue("counter"), max_messages=32,
                                            lease=30)
     assert len(parts([visible])) == 2  # the scheduled copy went alone, hidden for an hour

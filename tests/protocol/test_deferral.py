@@ -89,7 +89,7 @@ def test_a_deferred_message_waits_until_it_is_released_by_id(storage: Storage,
     assert row(bus, "o1", "shipped") == {"n": 1, "deferrals": 2, "label": 0}
     assert deferred.release(ship_id) is False and deferred.list() == []  # processed: gone
     bus.sweeper().sweep()
-    assert bus.inbox.stale_index() == [] and bus.inbox.all() == []
+    assert bus.parts.inbox.stale_index() == [] and bus.parts.inbox.all() == []
 
 
 def test_a_handler_releases_a_deferred_message_when_it_commits(storage: Storage,
@@ -97,14 +97,14 @@ def test_a_handler_releases_a_deferred_message_when_it_commits(storage: Storage,
     bus = build(storage, prefix)
     bus.send(Ship(order_id="o2", label="x" * 60_000))  # a claim-checked payload
     assert drain(bus).total() == {"deferred": 1}
-    assert len(bus.payloads.refs()) == 1
+    assert len(bus.parts.payloads.refs()) == 1
     bus.sweeper().sweep()
-    assert len(bus.payloads.refs()) == 1  # kept while the message waits
+    assert len(bus.parts.payloads.refs()) == 1  # kept while the message waits
     bus.publish(PaymentReceived(order_id="o2"))
     outcomes = drain(bus).total()
     assert outcomes == {"processed": 2}  # the payment, then the released Ship
     assert row(bus, "o2", "shipped") == {"n": 1, "deferrals": 1, "label": 60_000}
-    assert bus.deferred("orders").list() == [] and bus.payloads.refs() == []
+    assert bus.deferred("orders").list() == [] and bus.parts.payloads.refs() == []
 
 
 def test_copies_of_a_deferred_message_are_duplicates(storage: Storage, prefix: str) -> None:
@@ -115,7 +115,7 @@ def test_copies_of_a_deferred_message_are_duplicates(storage: Storage, prefix: s
     storage.queues.send(queue, leased.body)  # a second copy of the same signal
     storage.queues.extend(queue, leased, lease=0)
     assert drain(bus).total() == {"deferred": 1, "duplicate": 1}
-    [token] = bus.inbox.all()
+    [token] = bus.parts.inbox.all()
     assert token.state is TokenState.DEFERRED
 
 
@@ -126,8 +126,8 @@ def test_the_sweeper_finishes_a_release_that_stopped_half_way(storage: Storage,
     ship_id = bus.send(Ship(order_id="o4"))
     drain(bus)
     bus.storage.tables.replace(bus.names.state_table("orders"), _paid("o4"))
-    token = bus.inbox.find("orders", ship_id)
-    assert token is not None and bus.inbox.release(token, clock()) is not None
+    token = bus.parts.inbox.find("orders", ship_id)
+    assert token is not None and bus.parts.inbox.release(token, clock()) is not None
     # ... and the releasing process died before it sent the signal.
     assert drain(bus).total() == {} and bus.deferred("orders").list() == []
     assert bus.sweeper().sweep().released_signals_resent == 0  # too early to tell

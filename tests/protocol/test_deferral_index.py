@@ -12,7 +12,7 @@ from bus.storage import Storage
 def test_a_deferral_made_after_the_scan_keeps_its_index(storage: Storage, prefix: str) -> None:
     bus = Bus(storage, [], prefix=prefix)
     bus.provision()
-    inbox: Inbox = bus.inbox
+    inbox: Inbox = bus.parts.inbox
     inbox.create("orders", "a1", "m1", 0.0)
     first = inbox.read("orders", "a1")
     assert first is not None and inbox.defer(first, "c2lnbmFs", 1.0)

@@ -50,7 +50,7 @@ def build(settings: Settings | None = None) -> tuple[Bus, list[str]]:
 
 def valid_fields(bus: Bus) -> dict[str, str]:
     """A valid envelope as JSON texts per field (its token is created by ``with_token``)."""
-    ref = bus.payloads.ref("desk", "a1")
+    ref = bus.parts.payloads.ref("desk", "a1")
     return {
         "bus": "1", "message_id": '"m1"', "attempt_id": '"a1"', "kind": '"command"',
         "message_type": '"Note"', "source": '"client"', "destination": '"desk"',
@@ -129,7 +129,7 @@ def hostile_raw(draw: st.DrawFn) -> bytes:
 
 def signed_fields(bus: Bus) -> dict[str, str]:
     """``valid_fields``, signed by ``bus``'s key (as JSON texts per field)."""
-    envelope = bus.sealer.resign(parse_envelope(document(valid_fields(bus))))
+    envelope = bus.parts.sealer.resign(parse_envelope(document(valid_fields(bus))))
     return {k: json.dumps(v) for k, v in json.loads(envelope.to_json()).items()}
 
 
@@ -179,7 +179,7 @@ def fits(raw: bytes) -> bool:
 
 
 def with_token(bus: Bus) -> None:
-    bus.inbox.create("desk", "a1", "m1", bus.clock())
+    bus.parts.inbox.create("desk", "a1", "m1", bus.parts.clock())
 
 
 ENDS = {Outcome.PROCESSED.value, Outcome.DUPLICATE.value, Outcome.POISONED.value,
@@ -211,7 +211,7 @@ def test_the_polling_worker_processes_or_poisons_anything(raw: bytes) -> None:
     assert set(drained.total()) <= ENDS | {Outcome.SCHEDULED.value}, drained.total()
     assert bus.storage.queues.depth(bus.names.queue("desk")) == scheduled
     if scheduled:
-        assert bus.inbox.read("desk", "a1") is not None
+        assert bus.parts.inbox.read("desk", "a1") is not None
     letters = bus.dead_letters("desk").entries()
     assert len(letters) >= sum(drained.total().get(end.value, 0) for end in POISON_ENDS)
     assert all(letter.entry.reason for letter in letters)
@@ -272,8 +272,8 @@ def test_a_claim_check_over_the_limit_is_poisoned_unread() -> None:
     poisoned with the reason (before, a blob of any size was read into memory and handled)."""
     bus, seen = build(Settings(max_payload_bytes=1_000))
     with_token(bus)
-    ref = bus.payloads.ref("desk", "a1")
-    bus.payloads.blobs.write(ref.container, ref.blob, b'{"key": "k"}' + b" " * 5_000)
+    ref = bus.parts.payloads.ref("desk", "a1")
+    bus.parts.payloads.blobs.write(ref.container, ref.blob, b'{"key": "k"}' + b" " * 5_000)
     fields = {**valid_fields(bus), "payload_ref": json.dumps(ref.model_dump())}
     fields.pop("payload")
     bus.storage.queues.send(bus.names.queue("desk"),
@@ -354,10 +354,10 @@ def test_replay_refuses_an_entry_whose_body_is_another_message() -> None:
     drain(bus)
     other = valid_fields(bus)
     body = base64.b64encode(document(other)).decode()
-    poison = bus.poison_queue("desk")
-    bus.inbox.create("desk", "a2", "m2", bus.clock())
+    poison = bus.parts.poison_queue("desk")
+    bus.parts.inbox.create("desk", "a2", "m2", bus.parts.clock())
     envelope = parse_envelope(document({**other, "message_id": '"m2"', "attempt_id": '"a2"'}))
-    poison.put(body, reason="forged", dequeue_count=1, now=bus.clock(), envelope=envelope)
+    poison.put(body, reason="forged", dequeue_count=1, now=bus.parts.clock(), envelope=envelope)
     results = bus.dead_letters("desk").replay()
     assert list(results.values()) == ["mismatched"]
     assert seen == ["a"] and first

@@ -142,7 +142,7 @@ def test_short_circuits_consume_without_effect_and_drop_sends(storage: Storage,
     assert "handler pear" not in log and row(bus, "stock", "pear", "stock") is None
     assert row(bus, "stock", "void", "stock") == {"reserved": 1}  # handled, send dropped
     assert row(bus, "shipping", "void", "shipment") is None
-    assert [t for t in bus.inbox.all()] == []  # both messages' tokens consumed
+    assert [t for t in bus.parts.inbox.all()] == []  # both messages' tokens consumed
 
 
 def test_reject_poisons_at_once_with_the_reason(storage: Storage, prefix: str) -> None:

@@ -91,8 +91,8 @@ def test_a_released_deferral_whose_signal_was_lost_is_never_presumed_an_orphan()
     message_id = bus.send(Wait(ref="w"))
     while worker.poll_once():
         pass
-    token = bus.inbox.find("desk", message_id)
-    assert token is not None and bus.inbox.release(token, clock.now()) is not None  # no send
+    token = bus.parts.inbox.find("desk", message_id)
+    assert token is not None and bus.parts.inbox.release(token, clock.now()) is not None  # no send
     clock.t += 8 * DAY  # nothing came for longer than the orphan age
     report = bus.sweeper().sweep()
     assert (report.orphan_tokens_parked, report.released_signals_resent) == (0, 1)

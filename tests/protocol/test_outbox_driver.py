@@ -52,7 +52,7 @@ def handed_off(bus: Bus) -> Handoff:
 def test_a_late_step_of_an_earlier_record_leaves_a_later_one_of_the_same_id_alone(
         storage: Storage, prefix: str) -> None:
     bus, billed = build(storage, prefix)
-    driver = bus.outbox_driver("orders")
+    driver = bus.parts.outbox_driver("orders")
     bus.send(Order(order_id="o1"), message_id="m1")
     first = handed_off(bus).key
     assert driver.prepare(first) == 1 and driver.signal(first, [0]) == 1
@@ -88,5 +88,5 @@ def test_maintenance_goes_on_past_a_record_that_fails(storage: Storage, prefix: 
     for order_id in ("o1", "o2"):
         bus.send(Order(order_id=order_id))
         handed_off(bus)  # committed, left to an orchestration that never runs
-    assert bus.outbox_driver("orders").recover(0) == 1  # o2's; o1's fails and is logged
+    assert bus.parts.outbox_driver("orders").recover(0) == 1  # o2's; o1's fails and is logged
     assert bus.storage.queues.depth(bus.names.queue("billing")) == 1

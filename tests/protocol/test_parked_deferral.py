@@ -67,7 +67,7 @@ def test_a_deferral_whose_token_was_parked_meanwhile_is_applied(storage: Storage
     assert runs == [(1, 0)]
     host_gives_up(bus, "orders")
     bus.dead_letters("orders").adopt()
-    [token] = [t for t in bus.inbox.all() if t.endpoint == "orders"]
+    [token] = [t for t in bus.parts.inbox.all() if t.endpoint == "orders"]
     assert token.state is TokenState.PARKED
     drain(bus, ["notes"])  # room again
     bus.send(Ship(order_id="o1", n=2))  # the partition's next message

@@ -47,7 +47,8 @@ def test_a_repeated_release_does_not_release_the_next_deferral(storage: Storage,
     drain(bus)
     assert runs == [0, 1]  # deferred, released by Pay, deferred again
     # A stale completer of Pay's (finished) record runs its release requests again.
-    outbox, dispatcher = bus._outbox("payments")
+    outbox = bus.parts.outbox("payments")
+    dispatcher = bus.parts.dispatcher(outbox)
     record = outbox.load("o1").record
     assert record is not None and record.releases
     dispatcher.release_requested(record)

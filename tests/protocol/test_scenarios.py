@@ -19,9 +19,9 @@ from tests.support.orderflow import Flaky, OrderPlaced, PlaceOrder, build, state
 
 
 def leftovers(bus: Bus) -> list[str]:
-    tokens = [f"token {t.endpoint}/{t.attempt_id}" for t in bus.inbox.all()
+    tokens = [f"token {t.endpoint}/{t.attempt_id}" for t in bus.parts.inbox.all()
               if t.state is not TokenState.PARKED]
-    return tokens + [f"payload {r.blob}" for r in bus.payloads.refs()]
+    return tokens + [f"payload {r.blob}" for r in bus.parts.payloads.refs()]
 
 
 def poison_entries(bus: Bus, endpoint: str) -> list[PoisonEntry]:
@@ -59,11 +59,11 @@ def test_large_payload_travels_by_claim_check_and_is_deleted(storage: Storage,
                                                             prefix: str) -> None:
     bus = build(storage, prefix)
     bus.send(PlaceOrder(order_id="o-3", amount=1, note="n" * 100_000))
-    [ref] = bus.payloads.refs()
+    [ref] = bus.parts.payloads.refs()
     assert ref.blob.startswith("orders/")
     drain(bus)
     assert state(bus, "orders", "o-3", "order") == {"amount": 1, "note_size": 100_000}
-    assert bus.payloads.refs() == []
+    assert bus.parts.payloads.refs() == []
 
 
 def test_bad_signals_go_to_the_poison_queue_with_a_reason(storage: Storage,
@@ -82,20 +82,20 @@ def test_bad_signals_go_to_the_poison_queue_with_a_reason(storage: Storage,
 
 def test_unknown_type_and_invalid_payload_are_poisoned(storage: Storage, prefix: str) -> None:
     bus = build(storage, prefix)
-    good = bus.addressing("client").envelopes(
+    good = bus.parts.addressing("client").envelopes(
         PlaceOrder(order_id="x", amount=1), message_id="m1", correlation_id="m1",
         causation_id=None)[0]
     unknown = good.model_copy(update={"message_type": "CancelOrder", "attempt_id": "a1"})
     invalid = good.model_copy(update={"payload": '{"order_id": 5}', "attempt_id": "a2"})
     for envelope in (unknown, invalid):
-        bus.courier.place(envelope)
-        bus.courier.signal(envelope)
+        bus.parts.courier.place(envelope)
+        bus.parts.courier.signal(envelope)
     drain(bus, fail_fast=False)
     entries = sorted(poison_entries(bus, "orders"), key=lambda e: e.reason)
     assert [e.reason.split(" ")[0] for e in entries] == ["PlaceOrder", "unknown"]
     assert "failed validation" in entries[0].reason
     assert "unknown message type 'CancelOrder'" in entries[1].reason
-    parked = sorted(t.attempt_id for t in bus.inbox.all() if t.state is TokenState.PARKED)
+    parked = sorted(t.attempt_id for t in bus.parts.inbox.all() if t.state is TokenState.PARKED)
     assert parked == ["a1", "a2"]
 
 
@@ -118,16 +118,16 @@ def test_concurrent_subscribes_are_never_lost(storage: Storage, prefix: str) -> 
 
     def subscribe(name: str) -> None:
         barrier.wait()
-        bus.topics.subscribe("Race", name)
+        bus.parts.topics.subscribe("Race", name)
 
     threads = [threading.Thread(target=subscribe, args=(n,)) for n in names]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert sorted(bus.topics.subscribers("Race")) == sorted(names)
-    bus.topics.unsubscribe("Race", "sub3")
-    assert "sub3" not in bus.topics.subscribers("Race")
+    assert sorted(bus.parts.topics.subscribers("Race")) == sorted(names)
+    bus.parts.topics.unsubscribe("Race", "sub3")
+    assert "sub3" not in bus.parts.topics.subscribers("Race")
 
 
 class _FailOnce:
@@ -182,7 +182,7 @@ def test_send_once_finishes_what_an_interrupted_call_left(where: tuple[str, str]
     assert outcomes["orders"].get("processed") == 1
     # A token whose create looked failed was superseded: only its tombstone (fence) remains,
     # until the sweeper's ghost horizon.
-    fences = [t for t in bus.inbox.all() if t.state is TokenState.FENCED]
+    fences = [t for t in bus.parts.inbox.all() if t.state is TokenState.FENCED]
     assert len(fences) == (where == ("table", "insert"))
     assert leftovers(bus) == [f"token {t.endpoint}/{t.attempt_id}" for t in fences]
 
@@ -192,7 +192,7 @@ def test_send_once_forgets_after_the_retention_window() -> None:
     bus = build(InMemoryStorage(), "p", seams=Seams(clock=lambda: clock[0]))
     bus.publish_once(OrderPlaced(order_id="o3", amount=1), message_id="e-3")
     clock[0] += 10
-    assert bus.ledger.forget(older_than=60) == 0
+    assert bus.parts.ledger.forget(older_than=60) == 0
     clock[0] += 100
-    assert bus.ledger.forget(older_than=60) == 1
+    assert bus.parts.ledger.forget(older_than=60) == 1
     assert bus.publish_once(OrderPlaced(order_id="o3", amount=1), message_id="e-3") is True

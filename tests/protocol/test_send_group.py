@@ -114,7 +114,7 @@ class FailingTables:
 def grouped_sends(bus: Bus, held: HeldQueues, keys: Sequence[str]) -> None:
     """Send ``keys[0]`` (held on the wire), then the others while it is held; release it once
     they all wait in the group."""
-    group = bus.sender.group
+    group = bus.parts.sender.group
     assert group is not None
 
     def release_when_waiting() -> None:
@@ -139,9 +139,9 @@ def test_concurrent_sends_share_one_transaction_and_one_bundle(storage: Storage,
     # The first send alone (one insert, one signal), the five others together.
     assert ops[("table", "insert")] == 1 and ops[("table", "transact")] == 1
     assert ops[("queue", "send")] == 2 and len(held.bodies) == 2
-    assert bus.sender.group is not None and bus.sender.group.grouped == 5
+    assert bus.parts.sender.group is not None and bus.parts.sender.group.grouped == 5
     assert drain(bus).signals == 6 and counts(bus, keys) == [1] * 6
-    assert bus.inbox.all() == []
+    assert bus.parts.inbox.all() == []
 
 
 def test_a_lone_send_makes_two_requests_and_never_waits(storage: Storage, prefix: str) -> None:
@@ -163,7 +163,7 @@ def test_a_group_whose_token_transaction_failed_is_fenced_and_sent_alone(
     grouped_sends(bus, held, keys)
     # The group's tokens exist (the transaction took effect) but each caller fenced its
     # attempt id and sent again with a fresh one: its fenced token can never be processed.
-    tokens = bus.inbox.all()
+    tokens = bus.parts.inbox.all()
     assert len([t for t in tokens if not t.processable]) == 3
     assert drain(bus).signals == 4 and counts(bus, keys) == [1] * 4
     assert len(held.bodies) == 1 + 3  # the first signal, then three alone
@@ -177,7 +177,7 @@ def test_a_group_whose_bundle_failed_sends_each_signal_again(storage: Storage,
     keys = [f"k{i}" for i in range(4)]
     grouped_sends(bus, held, keys)
     assert drain(bus).signals == 4 and counts(bus, keys) == [1] * 4
-    assert bus.inbox.all() == []
+    assert bus.parts.inbox.all() == []
 
 
 def test_without_grouping_every_send_makes_its_own_requests(storage: Storage,
@@ -188,7 +188,7 @@ def test_without_grouping_every_send_makes_its_own_requests(storage: Storage,
     keys = [f"k{i}" for i in range(8)]
     bus.send_many([Add(key=k) for k in keys], max_in_flight=8)
     assert counter.snapshot() == {("table", "insert"): 8, ("queue", "send"): 8}
-    assert bus.sender.group is None
+    assert bus.parts.sender.group is None
     assert drain(bus).signals == 8 and counts(bus, keys) == [1] * 8
 
 
@@ -211,7 +211,7 @@ def test_a_leader_that_dies_mid_flush_does_not_strand_the_others(storage: Storag
 
     dying = Dying(storage.queues)
     bus = build(Storage(dying, storage.blobs, storage.tables), prefix)
-    group = bus.sender.group
+    group = bus.parts.sender.group
     assert group is not None
     interrupted: list[BaseException] = []
 
@@ -253,7 +253,7 @@ def test_a_sender_interrupted_while_waiting_leaves_the_group_usable(storage: Sto
     held.release.set()  # the first send goes on only once the second gave up
     leader.join(30)
     assert len(interrupted) == 1
-    group = bus.sender.group
+    group = bus.parts.sender.group
     assert group is not None and group._waiting == [] and not group._busy
     third = threading.Thread(target=lambda: bus.send(Add(key="k2")), daemon=True)
     third.start()

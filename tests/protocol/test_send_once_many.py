@@ -92,10 +92,10 @@ def test_a_call_that_stopped_before_its_signals_is_finished_by_the_next(
     failing = Storage(queues=SignalsFail(storage.queues),  # type: ignore[arg-type]
                       blobs=storage.blobs, tables=storage.tables)
     broken, _ = build(failing, prefix)
-    broken.settings = broken.settings.model_copy(update={"send_attempts": 1})
+    broken.parts.settings = broken.settings.model_copy(update={"send_attempts": 1})
     with pytest.raises(TransientError):
         broken.send_once_many(orders(3))
-    tokens = [t for t in bus.inbox.all() if t.endpoint == "orders"]
+    tokens = [t for t in bus.parts.inbox.all() if t.endpoint == "orders"]
     assert len(tokens) == 3 and all(t.state is TokenState.LIVE for t in tokens)
     drain(bus)
     assert seen == []  # tokens, no signals
@@ -119,7 +119,7 @@ def test_marks_are_forgotten_after_the_retention_once_processed(storage: Storage
     bus.send_once_many(orders(2))
     drain(bus, ["orders"])
     bus.send_once_many(orders(1, start=2))  # o2 waits, unprocessed
-    later = bus.clock() + bus.settings.ledger_retention_seconds + 1
+    later = bus.parts.clock() + bus.settings.ledger_retention_seconds + 1
     sweeper = bus.sweeper()
     sweeper._clock = lambda: later  # the retention has passed
     assert sweeper.sweep().send_marks_forgotten == 2  # o2's token still waits: its mark stays

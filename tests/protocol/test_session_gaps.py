@@ -53,7 +53,7 @@ def deliver(bus: Bus, sequence: int) -> Outcome | None:
     found = None
     for message in bus.storage.queues.receive(queue, max_messages=32, lease=30):
         if found is None and decode_signal(message.body).sequence == sequence:
-            found = bus.receiver("flows").handle(message.body, message.dequeue_count)
+            found = bus.parts.receiver("flows").handle(message.body, message.dequeue_count)
             bus.storage.queues.delete(queue, message)
         else:
             bus.storage.queues.extend(queue, message, lease=0)

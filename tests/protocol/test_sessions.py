@@ -343,13 +343,13 @@ def test_a_signature_covers_the_session_and_the_sequence() -> None:
         SigningKey(key_id="k1", secret=bytes([1]) * 32),)))
     shop_bus = Shop(InMemoryStorage(), "").bus
     bus = Bus(shop_bus.storage, list(shop_bus.topology.endpoints.values()), settings=settings)
-    [copy] = bus.addressing("client").envelopes(
+    [copy] = bus.parts.addressing("client").envelopes(
         Step(order="o1", n=0), message_id="m1", correlation_id="m1", causation_id=None,
         sequencer=lambda destination, session: ("client:client", 3))
     assert (copy.session, copy.stream, copy.sequence) == ("o1", "client:client", 3)
-    assert bus.sealer.check(copy) is None
+    assert bus.parts.sealer.check(copy) is None
     for change in ({"sequence": 2}, {"stream": "client:other"}, {"session": "o2"}):
-        assert bus.sealer.check(copy.model_copy(update=change)) == "bad signature (key 'k1')"
+        assert bus.parts.sealer.check(copy.model_copy(update=change)) == "bad signature (key 'k1')"
 
 
 def test_clients_of_one_name_share_their_stream_and_read_its_counter_once(

@@ -130,7 +130,7 @@ def test_every_send_path_signs(prefix: str) -> None:
     bus.publish(Pinged(key="c"))
     copies = take(bus, "desk") + take(bus, "log")
     assert len(copies) == 3
-    assert all(bus.sealer.check(parse_envelope(json.dumps(c).encode())) is None
+    assert all(bus.parts.sealer.check(parse_envelope(json.dumps(c).encode())) is None
                for c in copies)
 
 
@@ -139,13 +139,13 @@ def test_a_new_attempt_id_is_signed_again() -> None:
     the sender's (a token request of unknown outcome) are signed anew: the signature covers
     the attempt id."""
     bus, _ = app(InMemoryStorage(), "", signing(k1=K1))
-    outgoing = tuple(bus.addressing("desk").envelopes(
+    outgoing = tuple(bus.parts.addressing("desk").envelopes(
         Pinged(key="k"), message_id="m1", correlation_id="m1", causation_id=None))
     record = OutboxRecord(endpoint="desk", message_id="i", attempt_id="a", outgoing=outgoing)
-    fresh = record.with_fresh_attempts(bus.new_id, bus.sealer.resign).outgoing
-    unsigned = record.with_fresh_attempts(bus.new_id).outgoing
-    assert [bus.sealer.check(e) for e in fresh] == [None]
-    assert [bus.sealer.check(e) for e in unsigned] == ["bad signature (key 'k1')"]
+    fresh = record.with_fresh_attempts(bus.parts.new_id, bus.parts.sealer.resign).outgoing
+    unsigned = record.with_fresh_attempts(bus.parts.new_id).outgoing
+    assert [bus.parts.sealer.check(e) for e in fresh] == [None]
+    assert [bus.parts.sealer.check(e) for e in unsigned] == ["bad signature (key 'k1')"]
 
 
 # -- what is poisoned ----------------------------------------------------------------------------
@@ -276,8 +276,8 @@ def test_the_spark_reader_takes_signed_copies_and_poisons_the_others() -> None:
     assert sorted(row[0] for row in rows) == ["big", "good"]
     [entry] = bus.storage.queues.receive(bus.names.poison_queue("sink"), max_messages=2,
                                          lease=0)
-    assert bus.poison_queue("sink").read(entry.body).reason == "bad signature (key 'k1')"
-    assert {t.state for t in bus.inbox.all("sink")} == {TokenState.LIVE}  # "bad": not parked
+    assert bus.parts.poison_queue("sink").read(entry.body).reason == "bad signature (key 'k1')"
+    assert {t.state for t in bus.parts.inbox.all("sink")} == {TokenState.LIVE}  # "bad": not parked
 
 
 def test_spark_options_carry_the_keys() -> None:

@@ -60,7 +60,7 @@ def test_the_next_claim_of_a_partition_reads_nothing(storage: Storage, prefix: s
     deposit(bus, "a", 7)
     assert reads.requests == []  # the slot, "balance" and "count" as the first commit left them
     assert (value(bus, "balance"), value(bus, "count")) == (12, 2)
-    assert (bus.receiver("bank").slots.hits, bus.receiver("bank").slots.stale) == (1, 0)
+    assert (bus.parts.receiver("bank").slots.hits, bus.parts.receiver("bank").slots.stale) == (1, 0)
     reads.requests.clear()
     deposit(bus, "b", 1)  # another partition: read
     assert reads.requests == [("get_many", ("~bus.outbox", "balance")), ("get", ("count",))]
@@ -83,7 +83,7 @@ def test_a_slot_another_process_wrote_since_loses_the_claim(storage: Storage,
     deposit(other, "a", 100)
     deposit(bus, "a", 10)  # starts from the remembered slot: stale, caught by the ETag
     assert (value(bus, "balance"), value(bus, "count")) == (111, 3)
-    assert (bus.receiver("bank").slots.hits, bus.receiver("bank").slots.stale) == (1, 1)
+    assert (bus.parts.receiver("bank").slots.hits, bus.parts.receiver("bank").slots.stale) == (1, 1)
     deposit(bus, "a", 1000)  # read again, then remembered again
     assert value(bus, "balance") == 1111
 

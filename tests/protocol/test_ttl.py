@@ -191,14 +191,14 @@ def test_an_expiry_without_a_utc_form_is_an_invalid_envelope() -> None:
 
 def test_the_time_to_live_counts_from_when_the_message_is_due() -> None:
     bus, _ = build(InMemoryStorage(), "p", Clock())
-    [envelope] = bus.addressing("client").envelopes(
+    [envelope] = bus.parts.addressing("client").envelopes(
         Remind(ref="x"), message_id="m", correlation_id="m", causation_id=None,
         delay=90.0, ttl=30.0)
     assert envelope.sent_at.timestamp() == START
     assert envelope.not_before is not None and envelope.not_before.timestamp() == START + 90
     assert envelope.expires_at is not None and envelope.expires_at.timestamp() == START + 120
     assert '"expires_at":"2030-03-17T17:48:40Z"' in envelope.to_json()
-    [forever] = bus.addressing("client").envelopes(
+    [forever] = bus.parts.addressing("client").envelopes(
         Remind(ref="x"), message_id="m", correlation_id="m", causation_id=None)
     assert forever.expires_at is None and "expires_at" not in forever.to_json()
 
@@ -243,7 +243,7 @@ def test_a_copy_the_functions_trigger_puts_back_keeps_its_expiry() -> None:
     bare, carried = carried_deliveries(counted)
     again = parse_envelope(bare)
     assert carried == 4 and again.expires_at == parse_envelope(raw).expires_at is not None
-    assert bus.sealer.check(again) is None
+    assert bus.parts.sealer.check(again) is None
 
 
 def test_messages_a_handler_sends_and_publishes_expire_at_each_destination(
@@ -374,7 +374,7 @@ def signed_copy(ttl: float | None) -> tuple[Bus, dict[str, Any]]:
 
 
 def check(bus: Bus, document: dict[str, Any]) -> str | None:
-    return bus.sealer.check(parse_envelope(json.dumps(document).encode()))
+    return bus.parts.sealer.check(parse_envelope(json.dumps(document).encode()))
 
 
 def test_the_signature_covers_expires_at() -> None:

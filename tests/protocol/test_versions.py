@@ -77,7 +77,7 @@ def test_a_record_this_bus_cannot_read_poisons_its_partition_only(
         "record version 2 is newer than this bus reads (1)")
     assert letter.entry.envelope is not None  # replayable once the bus reads it
     assert seen == ["p2"]
-    assert bus.outbox_driver("counter").recover(0) == 0  # maintenance skips it, goes on
+    assert bus.parts.outbox_driver("counter").recover(0) == 0  # maintenance skips it, goes on
 
 
 def test_a_damaged_record_is_unreadable_too(storage: Storage, prefix: str) -> None:

@@ -144,8 +144,8 @@ class BusFunctions(df.Blueprint):  # type: ignore[misc]
             self._add_endpoint(name)
         self.depths = QueueDepths(self.bus.storage.queues,
                                   {name: self.bus.names.queue(name) for name in hosted},
-                                  settings.queue_depth_seconds, self.bus.clock)
-        self.bus.telemetry.watch_depths(self.depths)  # eobus.queue.depth
+                                  settings.queue_depth_seconds, self.bus.parts.clock)
+        self.bus.parts.telemetry.watch_depths(self.depths)  # eobus.queue.depth
         self._add_outbox_orchestration()
         self._add_maintenance()
 
@@ -190,17 +190,17 @@ class BusFunctions(df.Blueprint):  # type: ignore[misc]
 
         # Each activity in the trace of the handler run that committed the record.
         def bus_outbox_prepare(job: OutboxJob) -> int | None:
-            with bus.telemetry.continued(job.get("trace")):
-                return bus.outbox_driver(job["endpoint"]).prepare(record_key(job))
+            with bus.parts.telemetry.continued(job.get("trace")):
+                return bus.parts.outbox_driver(job["endpoint"]).prepare(record_key(job))
 
         def bus_outbox_signal(job: OutboxJob) -> int:
-            with bus.telemetry.continued(job.get("trace")):
-                return bus.outbox_driver(job["endpoint"]).signal(record_key(job),
+            with bus.parts.telemetry.continued(job.get("trace")):
+                return bus.parts.outbox_driver(job["endpoint"]).signal(record_key(job),
                                                                  job["indexes"])
 
         def bus_outbox_finish(job: OutboxJob) -> bool:
-            with bus.telemetry.continued(job.get("trace")):
-                return bus.outbox_driver(job["endpoint"]).finish(record_key(job))
+            with bus.parts.telemetry.continued(job.get("trace")):
+                return bus.parts.outbox_driver(job["endpoint"]).finish(record_key(job))
 
         self.orchestration_trigger(context_name="context", orchestration=ORCHESTRATOR)(
             bus_outbox)

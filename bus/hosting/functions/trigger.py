@@ -89,10 +89,10 @@ class QueueTrigger:
         simulation's virtual time)."""
         self.bus = bus
         self.endpoint = endpoint
-        self.receiver = bus.receiver(endpoint)
+        self.receiver = bus.parts.receiver(endpoint)
         self.queue = bus.names.queue(endpoint)
         self.max_dequeue_count = max_dequeue_count
-        self.breaker = CircuitBreaker(bus, endpoint, clock=bus.clock)
+        self.breaker = CircuitBreaker(bus, endpoint, clock=bus.parts.clock)
         self.settlement: Settlement[_Invocation] = Settlement(
             bus, endpoint, _FunctionsHost(), max_delivery_count=max_dequeue_count,
             inline_max=inline_dispatch_max, in_process_tries=in_process_tries, sleep=sleep,
@@ -108,7 +108,7 @@ class QueueTrigger:
 
         Returns normally when the message may be deleted; raises to have it redelivered.
         """
-        with self.bus.telemetry.continued(trace_context):
+        with self.bus.parts.telemetry.continued(trace_context):
             return self._deliver(raw, dequeue_count)
 
     def _deliver(self, raw: bytes, dequeue_count: int) -> Delivery:

@@ -77,7 +77,7 @@ class BatchRead:
         self._drainer = drainer
         self._staging = staging
         self.endpoint = drainer.endpoint
-        self._bus = drainer.bus
+        self._parts = drainer.bus.parts
 
     # -- reading ------------------------------------------------------------------------------
     def read(self, run_key: str, max_messages: int, partitions: int = 1) -> list[str]:
@@ -98,8 +98,8 @@ class BatchRead:
 
     def _stage(self, read: ReadState, max_messages: int, partitions: int) -> ReadState:
         if read.chunks == 0:  # chunks of a size that gives ``partitions`` of them, as it looks
-            depth = self._staging.retried(self._bus.storage.queues.depth,
-                                          self._bus.names.queue(self.endpoint))
+            depth = self._staging.retried(self._parts.storage.queues.depth,
+                                          self._parts.names.queue(self.endpoint))
             per = max(1, math.ceil(min(max_messages, max(depth, 1)) / partitions))
             read = replace(read, chunk_rows=per)
         total, seen = 0, set[str]()  # what the chunks before the last hold (after a crash)
@@ -107,7 +107,7 @@ class BatchRead:
             rows = self._staging.rows(chunk_key(self.endpoint, read.run_key, n))
             total += len(rows) - 1
             seen.update(row_key for row_key, _ in rows if row_key != MARKER)
-        settle = not self._bus.safeguards.settle_reads_on_commit  # off: a simulation break
+        settle = not self._parts.safeguards.settle_reads_on_commit  # off: a simulation break
         n = max(read.chunks - 1, 0)  # a read a crash interrupted goes on in its last chunk
         while total < max_messages:
             fresh = n >= read.chunks
@@ -131,9 +131,9 @@ class BatchRead:
         for other in self.states():
             if other.run_key == run_key:
                 continue
-            if other.state == COMMITTED and self._bus.safeguards.finish_commits:
+            if other.state == COMMITTED and self._parts.safeguards.finish_commits:
                 self._finish(other)
-            elif other.state == OPEN and self._bus.safeguards.abandon_failed_reads:
+            elif other.state == OPEN and self._parts.safeguards.abandon_failed_reads:
                 log.warning("the batch read %r of %s was never committed: its messages are "
                             "read again", other.run_key, self.endpoint)
                 self._give_up(other)
@@ -210,7 +210,7 @@ class BatchRead:
         """Write ``read`` over the row it was read as (its ETag; none: a new row)."""
         entity = Entity(registry_key(self.endpoint), read.run_key, {
             "state": read.state, "chunks": read.chunks, "closed": read.closed,
-            "chunk_rows": read.chunk_rows, "rows": read.rows, "at": self._bus.clock()})
+            "chunk_rows": read.chunk_rows, "rows": read.rows, "at": self._parts.clock()})
         tables, table = self._staging.tables, self._staging.table
         try:
             if read.etag:

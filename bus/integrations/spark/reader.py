@@ -116,13 +116,14 @@ class Drainer:
                  contract: type[Message] | None = None, lease_seconds: float = 300.0,
                  parallelism: int = 16) -> None:
         self._bus = bus
+        self._parts = bus.parts
         self._staging = staging
         self.endpoint = endpoint
         self._queue = bus.names.queue(endpoint)
         self._lease = lease_seconds
         self._parallelism = parallelism
-        self._admission = bus.admission(endpoint, ReaderRouting(endpoint, contract,
-                                                                bus.serializer))
+        self._admission = bus.parts.admission(
+            endpoint, ReaderRouting(endpoint, contract, bus.parts.serializer))
         self.received = 0
         """Queue messages received so far (each time it is received)."""
 
@@ -165,18 +166,18 @@ class Drainer:
         count = len(rows)
         while count < limit:
             started = time.time_ns()
-            received = self._staging.retried(self._bus.storage.queues.receive, self._queue,
+            received = self._staging.retried(self._parts.storage.queues.receive, self._queue,
                                max_messages=min(32, limit - count), lease=self._lease)
             if not received:
                 break
             self.received += len(received)
             taken, extra = self._sort(parts(received), seen)
             # Linked to each taken message's creation: a trace reaches the Spark read.
-            self._bus.telemetry.received(self.endpoint, len(received), started,
+            self._parts.telemetry.received(self.endpoint, len(received), started,
                                          [t.envelope for t in taken])
             cut = (limit if most is None else max(limit, most)) - count
             taken, later = taken[:cut], taken[cut:]
-            early = settle and not self._bus.safeguards.stage_before_settle  # a break
+            early = settle and not self._parts.safeguards.stage_before_settle  # a break
             if early:
                 self._settle(taken, extra)
             kept = {t.part.message.id for t in later}
@@ -191,7 +192,7 @@ class Drainer:
         if count == 0 and not close_empty:
             return None
         self._staging.upsert(key, StagedRow(MARKER, {"rows": count,
-                                                     "closed_at": self._bus.clock()}))
+                                                     "closed_at": self._parts.clock()}))
         return count
 
     # -- sorting a received round ---------------------------------------------------------------
@@ -218,7 +219,7 @@ class Drainer:
             opened = self._staging.retried(self._admission.screen, item, envelope)
             if not isinstance(opened, Outcome):  # else poisoned, put back or dropped: settled
                 admitted.append((part, opened))
-        tokens = self._staging.retried(self._bus.inbox.read_many, self.endpoint,
+        tokens = self._staging.retried(self._parts.inbox.read_many, self.endpoint,
                          [opened.envelope.attempt_id for _, opened in admitted])
         taken: list[_Taken] = []
         for part, opened in admitted:
@@ -255,19 +256,20 @@ class Drainer:
     def _settle(self, taken: list[_Taken], extra: list[Part[QueueMessage]]) -> None:
         def settle(t: _Taken) -> None:
             # Consuming the token is what makes the take final; it must not be skipped.
-            self._staging.retried(self._bus.inbox.consume, self.endpoint, t.envelope.attempt_id)
+            self._staging.retried(self._parts.inbox.consume, self.endpoint, t.envelope.attempt_id)
             self._delete(t.part)
             if t.envelope.payload_ref is not None:
-                self._staging.retried(self._bus.payloads.delete, t.envelope.payload_ref)
+                self._staging.retried(self._parts.payloads.delete, t.envelope.payload_ref)
 
         each(self._parallelism, settle, taken)
         each(self._parallelism, self._delete, extra)
 
     def _resettle(self, rows: Sequence[Mapping[str, EntityValue]]) -> None:
         def settle(values: Mapping[str, EntityValue]) -> None:
-            self._staging.retried(self._bus.inbox.consume, self.endpoint, str(values["attempt_id"]))
+            self._staging.retried(self._parts.inbox.consume, self.endpoint,
+                                  str(values["attempt_id"]))
             if "payload_blob" in values:
-                self._staging.retried(self._bus.payloads.delete, PayloadRef(
+                self._staging.retried(self._parts.payloads.delete, PayloadRef(
                     container=str(values["payload_container"]),
                     blob=str(values["payload_blob"])))
 
@@ -279,8 +281,8 @@ class Drainer:
         whose lease ran out is not found: it comes back and is dropped as a duplicate)."""
         attempts = [str(values["attempt_id"]) for values in rows]
         if attempts:  # 100 a request (a token gone already is fine)
-            self._staging.retried(self._bus.inbox.consume_many, self.endpoint, attempts)
-        each(self._parallelism, lambda ref: self._staging.retried(self._bus.payloads.delete, ref),
+            self._staging.retried(self._parts.inbox.consume_many, self.endpoint, attempts)
+        each(self._parallelism, lambda ref: self._staging.retried(self._parts.payloads.delete, ref),
              [PayloadRef(container=str(values["payload_container"]),
                          blob=str(values["payload_blob"]))
               for values in rows if "payload_blob" in values])
@@ -291,14 +293,14 @@ class Drainer:
         up: its tokens are live, the next read takes them)."""
         def release(message: QueueMessage) -> None:
             with contextlib.suppress(NotFound):  # its lease ran out: visible already
-                self._staging.retried(self._bus.storage.queues.extend, self._queue, message,
+                self._staging.retried(self._parts.storage.queues.extend, self._queue, message,
                                       lease=0)
 
         each(self._parallelism, release, _messages(rows))
 
     def _delete_staged(self, message: QueueMessage) -> None:
         with contextlib.suppress(NotFound):
-            self._staging.retried(self._bus.storage.queues.delete, self._queue, message)
+            self._staging.retried(self._parts.storage.queues.delete, self._queue, message)
 
     def _delete(self, part: Part[QueueMessage]) -> None:
         """The part is settled; its queue message goes once all of its parts are."""
@@ -306,7 +308,7 @@ class Drainer:
             return
         # NotFound: the lease ran out; the copy comes back and is recognised as a duplicate.
         with contextlib.suppress(NotFound):
-            self._staging.retried(self._bus.storage.queues.delete, self._queue, part.message)
+            self._staging.retried(self._parts.storage.queues.delete, self._queue, part.message)
 
     def _release(self, later: list[_Taken]) -> None:
         """Parts left for the next batch (the limit was reached within a bundle): their
@@ -314,14 +316,14 @@ class Drainer:
         messages = {t.part.message.id: t.part for t in later if t.part.release()}
         for part in messages.values():
             with contextlib.suppress(NotFound):
-                self._staging.retried(self._bus.storage.queues.extend, self._queue,
+                self._staging.retried(self._parts.storage.queues.extend, self._queue,
                                       part.message, lease=0)
 
     def _duplicate(self, part: Part[QueueMessage], envelope: Envelope) -> None:
         # The token is gone: the copy's own claim-check blob is garbage (and only that one).
-        if envelope.payload_ref is not None and self._bus.payloads.confined(envelope,
+        if envelope.payload_ref is not None and self._parts.payloads.confined(envelope,
                                                                             self.endpoint):
-            self._staging.retried(self._bus.payloads.delete, envelope.payload_ref)
+            self._staging.retried(self._parts.payloads.delete, envelope.payload_ref)
         self._delete(part)
 
 
@@ -349,7 +351,7 @@ def subscribe(bus: Bus, endpoint: str, topics: Sequence[str] = ()) -> None:
     retried(queues.create_queue, bus.names.poison_queue(endpoint))
     for topic in topics:
         try:
-            bus.topics.subscribe(topic, endpoint)  # reads first: writes only when missing
+            bus.parts.topics.subscribe(topic, endpoint)  # reads first: writes only when missing
         except Exception as exc:
             if getattr(exc, "status_code", None) != 403:
                 raise

@@ -277,7 +277,7 @@ def _payload_text(monitor: Monitor, letter: DeadLetter) -> tuple[str | None, str
         except (binascii.Error, UnicodeDecodeError):
             return None, "the payload is binary (base64 in the envelope)"
     if envelope.payload_ref is not None:
-        data = monitor.bus.payloads.get(envelope.payload_ref)
+        data = monitor.bus.parts.payloads.get(envelope.payload_ref)
         if data is None:
             return None, "its claim-check blob is gone"
         shown = data[:_SHOWN_BYTES].decode("utf-8", errors="replace")

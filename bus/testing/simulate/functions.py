@@ -184,10 +184,10 @@ def _message(handoff: Handoff) -> tuple[str, str, str]:
 def _step(bus: Bus, world: World, job: Job) -> Job | None:
     """Run one activity of ``job``; returns what is left of it (None: it is over)."""
     if isinstance(job, LateFinish):
-        bus.outbox_driver(job.handoff.endpoint).finish(job.handoff.key)
+        bus.parts.outbox_driver(job.handoff.endpoint).finish(job.handoff.key)
         return None
     handoff = job.handoff if isinstance(job, Running) else job
-    driver = bus.outbox_driver(handoff.endpoint)
+    driver = bus.parts.outbox_driver(handoff.endpoint)
     if isinstance(job, Handoff):
         copies = driver.prepare(handoff.key)
         if world.rng.random() < 0.2:

@@ -163,7 +163,7 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
         return all(c.finished for c in clients) and not handoffs and not any(
             storage.queues.bodies(bus.names.queue(e)) for e in receivers
         ) and not any(_in_flight(t) and not _left_waiting(t, plan, world.now())
-                      for t in bus.inbox.all()) and not any(
+                      for t in bus.parts.inbox.all()) and not any(
             _to_replay(body, garbage_bodies) for e in receivers
             for body in storage.queues.bodies(bus.names.poison_queue(e))
         ) and not _unfinished_records(bus, storage) and not (
@@ -337,11 +337,12 @@ def _seen_at_the_end(bus: Bus, storage: InMemoryStorage, garbage: set[str]) -> C
 def _statistics(buses: list[Bus]) -> Counter[str]:
     counts: Counter[str] = Counter()
     unique = {id(b): b for b in buses}.values()
-    for receiver in (b.receiver(e) for b in unique for e in b.topology.endpoints):
+    parts = [b.parts for b in unique]
+    for receiver in (p.receiver(e) for p in parts for e in p.topology.endpoints):
         counts.update(hits=receiver.slots.hits, stale=receiver.slots.stale)
-    counts.update(bundled=sum(b.courier.bundled for b in unique),
-                  grouped=sum(b.sender.group.grouped for b in unique if b.sender.group),
-                  repaired=sum(b.sender.repaired for b in unique))
+    counts.update(bundled=sum(p.courier.bundled for p in parts),
+                  grouped=sum(p.sender.group.grouped for p in parts if p.sender.group),
+                  repaired=sum(p.sender.repaired for p in parts))
     return counts
 
 
@@ -360,7 +361,7 @@ def _client(bus: Bus, world: World, roots: Sequence[int],
             _send_tally(bus, world, Tally(session=key, label=label), once)
         for body, envelope in garbage:
             if envelope is not None:  # a well-formed envelope of an unknown type, with a token
-                _until_ok(world, lambda e=envelope: bus.inbox.create(  # type: ignore[misc]
+                _until_ok(world, lambda e=envelope: bus.parts.inbox.create(  # type: ignore[misc]
                     e.destination, e.attempt_id, e.message_id, world.now()))
             _until_ok(world, lambda b=body: bus.storage.queues.send(  # type: ignore[misc]
                 bus.names.queue("a"), b))
@@ -423,7 +424,7 @@ def _worker(bus: Bus, world: World, endpoint: str, counts: Counter[str]) -> Call
 def _unfinished_records(bus: Bus, storage: InMemoryStorage) -> list[str]:
     """The outbox slots holding a record still to finish (maintenance finishes them: one whose
     incoming token the sweeper parked as a presumed orphan is no exception)."""
-    tokens = {(t.endpoint, t.attempt_id): t for t in bus.inbox.all()}
+    tokens = {(t.endpoint, t.attempt_id): t for t in bus.parts.inbox.all()}
     return [f"{endpoint}/{slot.partition}" for endpoint in bus.topology.endpoints
             for slot in Outbox(storage.tables, bus.names.state_table(endpoint)).pending()
             if slot.record is not None and not finished(
@@ -555,7 +556,7 @@ def _effects(bus: Bus, storage: InMemoryStorage, roots: int, noted: bool) -> lis
 
 
 def _left_behind(bus: Bus, storage: InMemoryStorage) -> list[str]:
-    tokens = bus.inbox.all()
+    tokens = bus.parts.inbox.all()
     # Every token's signal comes in the end (senders fence what they cannot finish), so a
     # token still parked as a presumed orphan had none: a token created again after its
     # message was processed (a late request), which any copy would process once more.
@@ -570,9 +571,9 @@ def _left_behind(bus: Bus, storage: InMemoryStorage) -> list[str]:
             if not finished(slot.record, by_key.get((endpoint, slot.record.attempt_id))):
                 violations.append(f"left behind: unfinished outbox record in {endpoint}/"
                                   f"{slot.partition}")
-    violations.extend(f"left behind: payload blob {ref.blob}" for ref in bus.payloads.refs())
+    violations.extend(f"left behind: payload blob {ref.blob}" for ref in bus.parts.payloads.refs())
     violations.extend(f"left behind: deferral index of {stale.message_id} at {stale.endpoint}"
-                      for stale in bus.inbox.stale_index())
+                      for stale in bus.parts.inbox.stale_index())
     ledger = Outbox(storage.tables, bus.names.ledger_table)
     violations.extend(f"left behind: ledger record {slot.partition} in phase "
                       f"{slot.record.phase.value}" for slot in ledger.pending()

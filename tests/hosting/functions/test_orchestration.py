@@ -94,7 +94,7 @@ def test_outbox_orchestration_replays_and_survives_repeated_activities(
 
     # The copy to billing was signalled three times (a late signal activity re-sends: the
     # finished record stays in its slot); it is processed once.
-    billing = bus.receiver("billing")
+    billing = bus.parts.receiver("billing")
     outcomes = [billing.handle(m.body, m.dequeue_count) for m in bus.storage.queues.receive(
         bus.names.queue("billing"), max_messages=32, lease=30)]
     assert sorted(o.value for o in outcomes) == ["duplicate", "duplicate", "processed"]

@@ -142,11 +142,11 @@ def test_retried_and_speculative_tasks_send_each_row_once(bus: Bus) -> None:
     # Every row was sent by this job (an attempt of it), each once.
     assert (result.rows, result.published, result.already_sent) == (150, 150, 0)
     assert bus.storage.queues.depth(bus.names.queue("sink")) >= 1
-    assert len([t for t in bus.inbox.all() if t.endpoint == "sink"]) == 150
+    assert len([t for t in bus.parts.inbox.all() if t.endpoint == "sink"]) == 150
     rerun = JobWriter(options)
     again = rerun.commit([rerun.publish(0, sales(155))])  # the same rows and 5 new ones
     assert (again.published, again.already_sent) == (5, 150)
-    assert len([t for t in bus.inbox.all() if t.endpoint == "sink"]) == 155
+    assert len([t for t in bus.parts.inbox.all() if t.endpoint == "sink"]) == 155
     assert [r.job for r in write_results(Staging(bus.storage, ""))] == [rerun.job, job.job]
 
 
@@ -188,14 +188,14 @@ def test_drain_takes_each_message_once_and_poisons_garbage(bus: Bus) -> None:
     assert sorted(r[0] for r in rows) == sorted(f"m{i}" for i in range(10))
     assert bus.storage.queues.depth(queue) == 0
     assert bus.storage.queues.depth(bus.names.poison_queue("sink")) == 2
-    assert [t.endpoint for t in bus.inbox.all()] == ["other"]  # not taken from "sink"
+    assert [t.endpoint for t in bus.parts.inbox.all()] == ["other"]  # not taken from "sink"
     send(bus, 3, start=10)  # a closed batch is only read again
     assert d.stage("r~sink~a", 100, close_empty=True) == 10
 
 
 def test_parsed_columns_and_wrong_types(bus: Bus) -> None:
     d = drainer(bus, contract=SaleRecorded)
-    bus.topics.subscribe("SaleRecorded", "sink")
+    bus.parts.topics.subscribe("SaleRecorded", "sink")
     bus.publish(SaleRecorded(sale_id="a", amount=3), message_id="e1")
     send(bus, 1)  # a RecordSale: not what this reader expects
     assert d.stage("r~sink~p", 100, close_empty=True) == 1
@@ -247,7 +247,7 @@ def test_a_crash_between_staging_and_settling_loses_and_doubles_nothing(
     recovered = consumer(bus, clock)
     assert recovered.latest_offset({"batch": 0}) == {"batch": 1}
     assert sorted(batch_ids(bus, recovered, 1)) == [f"m{i}" for i in range(4)]
-    assert bus.inbox.all() == []  # settled by the recovery
+    assert bus.parts.inbox.all() == []  # settled by the recovery
     clock.t += 3600  # the crashed take's leases run out: the copies come back
     assert recovered.latest_offset({"batch": 1}) == {"batch": 1}  # duplicates, dropped
     assert bus.storage.queues.depth(bus.names.queue("sink")) == 0
@@ -333,7 +333,7 @@ def test_drain_takes_bundles_apart_and_leaves_the_rest_for_the_next_batch(bus: B
     assert sorted(taken) == sorted(f"m{i}" for i in range(9))
     assert bus.storage.queues.depth(queue) == 0
     assert bus.storage.queues.depth(bus.names.poison_queue("sink")) == 1
-    assert bus.inbox.all() == []
+    assert bus.parts.inbox.all() == []
 
 
 # -- credentials ---------------------------------------------------------------------------------
@@ -369,10 +369,10 @@ def test_a_batch_read_settles_its_messages_only_when_committed(bus: Bus) -> None
     send(bus, 5)
     keys = reads(bus).read("k1", 100)
     assert sorted(read_ids(bus, keys)) == [f"m{i}" for i in range(5)]
-    assert len(bus.inbox.all()) == 5  # taken, not settled: the tokens are live
+    assert len(bus.parts.inbox.all()) == 5  # taken, not settled: the tokens are live
     assert reads(bus).read("k1", 100) == keys  # a re-run reads the same rows
     assert reads(bus).commit("k1") == 5
-    assert bus.inbox.all() == [] and bus.storage.queues.depth(bus.names.queue("sink")) == 0
+    assert bus.parts.inbox.all() == [] and bus.storage.queues.depth(bus.names.queue("sink")) == 0
     assert bus.storage.tables.query(Staging(bus.storage, "").table, "r~sink~k1~0") == []
     assert reads(bus).commit("k1") == 5  # again: harmless
     with pytest.raises(ReadClosed, match="was committed"):
@@ -391,7 +391,7 @@ def test_a_read_never_committed_is_given_up_by_the_next_whatever_its_run_key(bus
     with pytest.raises(ReadClosed, match="given up"):
         reads(bus).commit("day-1")
     assert reads(bus).commit("day-2") == 5
-    assert bus.inbox.all() == [] and bus.storage.queues.depth(bus.names.queue("sink")) == 0
+    assert bus.parts.inbox.all() == [] and bus.storage.queues.depth(bus.names.queue("sink")) == 0
 
 
 def test_a_commit_that_stopped_half_way_is_finished_by_the_next_read(
@@ -405,7 +405,7 @@ def test_a_commit_that_stopped_half_way_is_finished_by_the_next_read(
     clock.t += 3600  # its leases ran out: the copies are back, their tokens still live
     assert read_ids(bus, reads(bus).read("k2", 100)) == []  # k1 finished first: duplicates
     assert reads(bus).commit("k1") == 4
-    assert bus.inbox.all() == [] and bus.storage.queues.depth(bus.names.queue("sink")) == 0
+    assert bus.parts.inbox.all() == [] and bus.storage.queues.depth(bus.names.queue("sink")) == 0
 
 
 def test_a_batch_read_in_partitions(bus: Bus) -> None:

@@ -66,7 +66,7 @@ def depth(client: Bus, endpoint: str = "sink") -> int:
 def tokens(client: Bus, endpoint: str = "sink") -> int:
     """Messages sent to ``endpoint`` and not processed yet (signals travel in bundles, so the
     queue's depth does not count them)."""
-    return len([t for t in client.inbox.all(endpoint)])
+    return len([t for t in client.parts.inbox.all(endpoint)])
 
 
 def sales(spark: Any, n: int, partitions: int = 2) -> Any:
@@ -338,11 +338,11 @@ def test_a_batch_read_admits_copies_as_an_endpoint_does(
     assert bus.spark.commit_read("sink", "admit", **options) == 1
     [poisoned] = client.storage.queues.receive(client.names.poison_queue("sink"),
                                                max_messages=32, lease=1)
-    entry = client.poison_queue("sink").read(poisoned.body)
+    entry = client.parts.poison_queue("sink").read(poisoned.body)
     assert entry.envelope is not None and entry.envelope.message_id == "old"
     assert entry.reason.startswith("expired: its time-to-live ended")
     # The early copy went back on the queue with its remaining delay: queued, token live.
-    live = {t.message_id: t.state for t in client.inbox.all("sink")}
+    live = {t.message_id: t.state for t in client.parts.inbox.all("sink")}
     assert live == {"early": TokenState.LIVE, "old": TokenState.PARKED}
     assert depth(client) == 1
     assert bus.spark.receive(spark, "sink", run_key="again", **options).count() == 0

@@ -57,5 +57,5 @@ def test_a_speculative_copy_sending_beside_its_task_sends_each_row_once(
     assert (result["rows"], result["published"], result["already_sent"]) == (ROWS, ROWS, 0)
     client = Bus(AzureStorage.from_connection_string(azurite_connection), prefix=prefix,
                  routes={RecordSale: "sink"})
-    tokens = list(client.inbox.all("sink"))
+    tokens = list(client.parts.inbox.all("sink"))
     assert len(tokens) == ROWS  # one token per row: nothing sent twice, nothing lost

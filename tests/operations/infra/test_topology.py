@@ -74,7 +74,7 @@ def test_the_file_holds_everything_provision_creates_byte_for_byte(
                for name in storage.blobs.list(topic_container)}
     assert written == {t["blob"]: t["content"].encode() for t in committed["topics"]}
     for topic in committed["topics"]:
-        assert twin.topics.subscribers(topic["topic"]) == topic["subscribers"]
+        assert twin.parts.topics.subscribers(topic["topic"]) == topic["subscribers"]
 
 
 def test_export_is_deterministic_and_uses_the_names_rule(app_bus: Bus) -> None:
@@ -206,7 +206,7 @@ def test_reader_endpoints_get_their_queues_and_subscriptions_in_the_file(
                            OrderPlaced.message_type: ["billing", "shipping"]}
     assert not any(e["name"] == "analytics" for e in document["endpoints"])  # not hosted
     bus.provision()
-    assert bus.topics.subscribers("OrderBilled") == ["orders", "analytics"]
+    assert bus.parts.topics.subscribers("OrderBilled") == ["orders", "analytics"]
     assert {"analytics", "analytics-poison"} <= set(bus.storage.queues.names())  # type: ignore[attr-defined]
 
 
