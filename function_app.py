@@ -12,7 +12,8 @@ Run it with ``python -m devhost`` (this repository's local host) or ``func start
 
 Telemetry (bus.hosting.functions.telemetry) is configured first, before the Bus exists:
 Application Insights with ``APPLICATIONINSIGHTS_CONNECTION_STRING``, spans and metrics as JSON
-lines in ``BUS_TRACE_DIR`` (``make demo DEMO_TRACES=dir``). ``BUS_PROCESS_SPAN_PARENT=message``
+lines in ``BUS_TRACE_DIR`` (``make demo DEMO_TRACES=dir``). The bus's settings are app settings
+``BusFunctions`` reads (docs/configuration.md): ``BUS_PROCESS_SPAN_PARENT=message``, say,
 parents each handler's ``process`` span on the message's creation (one trace from the client
 to the last handler) instead of on the function invocation.
 """
@@ -20,12 +21,11 @@ to the last handler) instead of on the function invocation.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping
 
 import azure.durable_functions as df
 
-from bus import Command, Context, Endpoint, Event, Settings
+from bus import Command, Context, Endpoint, Event
 from bus.hosting.functions import BusFunctions
 from bus.hosting.functions.telemetry import configure_telemetry
 
@@ -99,13 +99,6 @@ def mark_billed(message: OrderBilled, ctx: Context) -> None:
     ctx.state.put("order", order)
 
 
-def settings(environ: Mapping[str, str]) -> Settings:
-    """The app's bus settings: ``BUS_PROCESS_SPAN_PARENT`` (``invocation``, the default, or
-    ``message``) when set; Settings refuses any other value."""
-    parent = environ.get("BUS_PROCESS_SPAN_PARENT", "").strip()
-    return Settings.model_validate({"process_span_parent": parent} if parent else {})
-
-
 app = df.DFApp()
-bus_functions = BusFunctions([orders, billing, shipping], settings=settings(os.environ))
+bus_functions = BusFunctions([orders, billing, shipping])
 app.register_functions(bus_functions)

@@ -1,13 +1,35 @@
-"""Tunable settings, with the defaults a production endpoint should start from."""
+"""Tunable settings, with the defaults a production endpoint should start from, and the one
+reader of them from app settings (``Settings.from_environment``)."""
 
 from __future__ import annotations
 
-from typing import Literal
+import os
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from bus.encryption import Encryption
-from bus.signing import Signing
+from bus.encryption import Encryption, encryption_from_settings
+from bus.errors import ConfigurationError
+from bus.signing import Signing, signing_from_settings
+
+SETTING_PREFIX = "BUS_"
+"""Each field ``name`` of ``Settings`` is the app setting ``BUS_<NAME>`` (``lease_seconds``:
+``BUS_LEASE_SECONDS``), but ``signing`` and ``encryption``, which have settings of their own
+(docs/signing.md)."""
+
+OWN_SETTINGS = ("signing", "encryption")
+"""Fields read from settings of their own, not ``BUS_<NAME>``."""
+
+NONE_WORDS = ("off", "none")
+"""What a setting says to mean None, for a field that may be None."""
+
+
+def setting_name(field: str) -> str:
+    """The app setting of a ``Settings`` field: ``BUS_`` and its name in capitals."""
+    return SETTING_PREFIX + field.upper()
 
 
 class Settings(BaseModel):
@@ -83,3 +105,53 @@ class Settings(BaseModel):
     """Signed messages: keys, the signing key, the mode (docs/signing.md; off by default)."""
     encryption: Encryption = Field(default_factory=Encryption)
     """Encrypted payloads: keys and the encrypting key (docs/signing.md; off by default)."""
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None, *,
+                         base: Settings | None = None, source: str = "the environment",
+                         ) -> Settings:
+        """``base`` (default ``Settings()``) with every field whose app setting is set in
+        ``environ`` (default ``os.environ``) taken from it: ``BUS_<NAME>`` per field
+        (docs/configuration.md), signing and encryption from theirs (docs/signing.md).
+
+        The one reader of the bus's app settings: the Functions app, the local host, the
+        command line and the dashboard all come here. Every problem is reported at once, each
+        naming its setting and ``source`` (where the settings were read).
+        """
+        problems: list[str] = []
+        settings = cls.read(os.environ if environ is None else environ, problems, base=base)
+        if problems:
+            raise ConfigurationError(f"the bus's settings in {source} are not valid:\n  - "
+                                     + "\n  - ".join(problems))
+        return settings
+
+    @classmethod
+    def read(cls, environ: Mapping[str, str], problems: list[str], *,
+             base: Settings | None = None) -> Settings:
+        """``from_environment`` that appends its problems to ``problems`` (to be reported with
+        others) and leaves a field it cannot read as ``base`` has it."""
+        update: dict[str, Any] = {}
+        for name, field in cls.model_fields.items():
+            raw = environ.get(setting_name(name), "").strip()
+            if name in OWN_SETTINGS or not raw:
+                continue
+            if raw.lower() in NONE_WORDS and _may_be_none(field.annotation):
+                update[name] = None
+                continue
+            try:
+                update[name] = getattr(cls.model_validate({name: raw}), name)
+            except ValidationError as exc:
+                reason = "; ".join(error["msg"] for error in exc.errors())
+                problems.append(f"{setting_name(name)}={raw!r} is invalid: {reason}")
+        signing = signing_from_settings(environ, problems)
+        if signing.on:
+            update["signing"] = signing
+        encryption = encryption_from_settings(environ, problems)
+        if encryption.keys:
+            update["encryption"] = encryption
+        return (base or cls()).model_copy(update=update)
+
+
+def _may_be_none(annotation: object) -> bool:
+    return (typing.get_origin(annotation) in (typing.Union, types.UnionType)
+            and type(None) in typing.get_args(annotation))

@@ -99,3 +99,31 @@ def test_dlq_list_in_the_apps_folder_needs_nothing_exported(
                             cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.strip() == ""  # nothing poisoned: an empty list, not an error
+
+
+SETTINGS_APP = '''
+from bus import Bus, Endpoint, Settings
+from bus.adapters.select import open_storage
+import os
+
+bus = Bus(open_storage(os.environ["AzureWebJobsStorage"]), [Endpoint("orders")],
+          settings=Settings.from_environment())
+'''
+
+
+def test_the_bus_settings_come_from_the_file_and_a_bad_one_names_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An app that reads its settings with Settings.from_environment, run by the command
+    line: the file's BUS_ values are used, and one that cannot be is reported with the file."""
+    for name in ("AzureWebJobsStorage", "BUS_PEEK_LEASE_SECONDS"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "settings_app_bus.py").write_text(SETTINGS_APP)
+    _settings_file(tmp_path, {"AzureWebJobsStorage": "memory:s", "BUS_PEEK_LEASE_SECONDS": 9})
+    assert load_bus("settings_app_bus", root=tmp_path).settings.peek_lease_seconds == 9.0
+    (tmp_path / "settings_app_bad.py").write_text(SETTINGS_APP)
+    path = _settings_file(tmp_path, {"AzureWebJobsStorage": "memory:s",
+                                     "BUS_PEEK_LEASE_SECONDS": "a while"})
+    with pytest.raises(AppError) as refused:
+        load_bus("settings_app_bad", root=tmp_path)
+    assert f"settings read from the environment and {path}" in str(refused.value)
+    assert "BUS_PEEK_LEASE_SECONDS='a while' is invalid" in str(refused.value)

@@ -150,7 +150,7 @@ def test_encryption_settings(tmp_path: Path) -> None:
     env = {"AzureWebJobsStorage": "memory:", "BUS_ENCRYPTION_KEY_ID": "e2",
            "BUS_ENCRYPTION_KEY__e1": base64.b64encode(E1).decode(),
            "BUS_ENCRYPTION_KEY__e2": base64.b64encode(E2).decode()}
-    found = AppConfig.from_environment(env, tmp_path / "host.json").encryption
+    found = AppConfig.from_environment(env, tmp_path / "host.json").settings.encryption
     assert found.key_id == "e2" and found.key("e1") == EncryptionKey(key_id="e1", secret=E1)
     with pytest.raises(ConfigurationError, match="BUS_ENCRYPTION_KEY__e2 holds 16 bytes: it "
                                                  "must be exactly 32"):

@@ -329,12 +329,12 @@ def test_bad_signing_settings_fail_at_start_up_saying_what_to_fix(
 def test_signing_settings_with_one_setting_per_key(tmp_path: Path) -> None:
     found = config(tmp_path, BUS_SIGNING="sign-only", BUS_SIGNING_KEY_ID="k2",
                    BUS_SIGNING_KEY__k1=GOOD, BUS_SIGNING_KEY__k2=base64.b64encode(K2).decode(),
-                   BUS_SIGNING_SOURCES__k1="shop, till").signing
+                   BUS_SIGNING_SOURCES__k1="shop, till").settings.signing
     assert found.mode == "sign-only" and found.signer().secret == K2
     assert found.key("k1") == SigningKey(key_id="k1", secret=K1,
                                          sources=frozenset({"shop", "till"}))
     assert GOOD not in repr(found)
-    assert not config(tmp_path).signing.on
+    assert not config(tmp_path).settings.signing.on
 
 
 def test_a_signing_key_that_may_not_sign_for_the_app_fails_at_start_up() -> None:

@@ -122,14 +122,9 @@ class BusFunctions(df.Blueprint):  # type: ignore[misc]
                  host_json: Path | None = None, readers: Readers | None = None,
                  telemetry: Telemetry | None = None) -> None:
         super().__init__()
-        self.config = AppConfig.from_environment(environ, host_json)
-        settings = (settings or Settings()).model_copy(
-            update={"max_delivery_count": self.config.max_dequeue_count})
-        # Signing and encryption in app settings win over those given in code.
-        if self.config.signing.on:
-            settings = settings.model_copy(update={"signing": self.config.signing})
-        if self.config.encryption.keys:
-            settings = settings.model_copy(update={"encryption": self.config.encryption})
+        # App settings win over the settings given in code (``AppConfig.settings``).
+        self.config = AppConfig.from_environment(environ, host_json, settings=settings)
+        settings = self.config.settings
         self.bus = Bus(self.config.storage(), endpoints, prefix=self.config.prefix,
                        routes=routes, settings=settings, readers=readers, telemetry=telemetry)
         # BUS_DELIVERY_THREADS: None runs deliveries on the event loop's default executor.

@@ -1,4 +1,6 @@
-"""App settings of the Functions app, read and checked once at start-up.
+"""App settings of the Functions app, read and checked once at start-up: the host's own (the
+connection, the prefix, dispatch, threads, host.json) here, the bus's through
+``Settings.read`` (``bus.settings``, the one reader of them).
 
 Every problem is reported together, each with what to set, so a misconfigured app fails at
 indexing time (before any message is taken) with a message a person can act on.
@@ -14,10 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bus.adapters.select import open_storage
-from bus.encryption import Encryption, encryption_from_settings
 from bus.errors import ConfigurationError
 from bus.naming import PREFIX_PATTERN
-from bus.signing import Signing, signing_from_settings
+from bus.settings import Settings, setting_name
 from bus.storage import Storage
 
 DEFAULT_CONNECTION = "AzureWebJobsStorage"
@@ -53,15 +54,17 @@ class AppConfig:
     delivery_threads: int = DELIVERY_THREADS
     """``BUS_DELIVERY_THREADS``: threads the queue triggers run deliveries on (blocking storage
     calls); 0 uses the event loop's default executor."""
-    signing: Signing = dataclasses.field(default_factory=Signing, repr=False)
-    """``BUS_SIGNING``, ``BUS_SIGNING_KEY_ID``, ``BUS_SIGNING_KEY__<id>``,
-    ``BUS_SIGNING_SOURCES__<id>`` (docs/signing.md)."""
-    encryption: Encryption = dataclasses.field(default_factory=Encryption, repr=False)
-    """``BUS_ENCRYPTION_KEY_ID``, ``BUS_ENCRYPTION_KEY__<id>`` (docs/signing.md)."""
+    settings: Settings = dataclasses.field(default_factory=Settings, repr=False)
+    """The bus's settings: those given in code with every ``BUS_<NAME>`` app setting over them
+    (docs/configuration.md; signing and encryption: docs/signing.md), and host.json's
+    ``maxDequeueCount`` as the max delivery count."""
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] | None = None,
-                         host_json: Path | None = None) -> AppConfig:
+                         host_json: Path | None = None, *,
+                         settings: Settings | None = None) -> AppConfig:
+        """The app's configuration from ``environ`` (default ``os.environ``) and host.json;
+        ``settings``: the bus's settings given in code, under the app settings."""
         env = dict(os.environ if environ is None else environ)
         problems: list[str] = []
         connection = env.get("BUS_CONNECTION", DEFAULT_CONNECTION)
@@ -80,12 +83,12 @@ class AppConfig:
         max_dequeue = _max_dequeue_count(host_json or _default_host_json(), problems)
         hosted = tuple(n.strip() for n in env.get("BUS_ENDPOINTS", "").split(",") if n.strip())
         threads = _number(env, "BUS_DELIVERY_THREADS", DELIVERY_THREADS, int, problems)
-        signing = signing_from_settings(env, problems)
-        encryption = encryption_from_settings(env, problems)
+        bus_settings = _with_host_deliveries(Settings.read(env, problems, base=settings),
+                                             max_dequeue, env, problems)
         if problems:
             raise ConfigurationError("the bus cannot start:\n  - " + "\n  - ".join(problems))
         return cls(connection, prefix, int(inline), float(stalled), max_dequeue, hosted or None,
-                   env, int(threads), signing, encryption)
+                   env, int(threads), bus_settings)
 
     def hosted_endpoints(self, defined: Sequence[str]) -> list[str]:
         """The endpoints to run here; an unknown name in ``BUS_ENDPOINTS`` is an error."""
@@ -116,6 +119,18 @@ class AppConfig:
 
         credential = DefaultAzureCredential(managed_identity_client_id=client_id)
         return AzureStorage.from_account(account, credential)
+
+
+def _with_host_deliveries(settings: Settings, max_dequeue: int, env: Mapping[str, str],
+                          problems: list[str]) -> Settings:
+    """The host poisons after host.json's ``maxDequeueCount``: that is the max delivery count,
+    and an app setting that says otherwise is a mistake to report, not a value to use."""
+    name = setting_name("max_delivery_count")
+    if env.get(name, "").strip() and settings.max_delivery_count != max_dequeue:
+        problems.append(f"{name}={env[name]!r} disagrees with host.json's "
+                        f"extensions.queues.maxDequeueCount ({max_dequeue}), which decides in "
+                        f"a Functions app: remove {name} or change host.json")
+    return settings.model_copy(update={"max_delivery_count": max_dequeue})
 
 
 def _has_connection(env: Mapping[str, str], name: str) -> bool:
