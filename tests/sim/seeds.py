@@ -18,8 +18,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED_SPACE = 10**9
-CHUNK = 25
-"""Seeds per test of the commit's slice: xdist spreads the chunks over its workers."""
+CHUNK = 10
+"""Seeds per test of the commit's slice: xdist spreads the chunks over its workers. About 30 s
+each on this machine (a seed takes 2-3 s), far inside the 300 s a test may take even on a
+machine three times busier (25 a chunk ran past it when CI shared the cores with other work)."""
 
 
 @functools.cache
