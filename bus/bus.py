@@ -497,7 +497,7 @@ class Bus:
                            queues=self._storage.queues, inbox=self.inbox,
                            payloads=self.payloads, clock=self.clock, new_id=self.new_id,
                            peek_lease=self.settings.peek_lease_seconds,
-                           resign=self.sealer.resign)
+                           resign=self.sealer.resign, safeguards=self.safeguards)
 
     def read_state(self, endpoint: str, partition: str, key: str) -> dict[str, EntityValue] | None:
         """One state row of ``endpoint``, as its handlers' last commit left it (None: no such
