@@ -82,7 +82,7 @@ class Operator:
                            queues=parts.observed.queues, inbox=parts.inbox,
                            payloads=parts.payloads, clock=parts.clock, new_id=parts.new_id,
                            peek_lease=parts.settings.peek_lease_seconds,
-                           resign=parts.sealer.resign)
+                           resign=parts.sealer.resign, safeguards=parts.safeguards)
 
     def deferred(self, endpoint: str) -> Deferrals:
         """The messages ``endpoint``'s handlers deferred: list, fetch by id, release."""

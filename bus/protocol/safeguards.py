@@ -86,6 +86,11 @@ class Safeguards:
     release_after_commit: bool = True
     """The next waiting message of a session is released once the commit that makes it next
     is durable (the record's release requests), never before."""
+    swap_before_resend: bool = True
+    """A dead-letter replay that finds the token live (or pending) rewrites it live with a
+    compare-and-swap before it sends a copy and removes the entry, as it unparks a parked
+    one: a poisoning that wrote the entry and has yet to park the token (by the ETag it read
+    before) then fails that park, instead of parking a token whose entry is gone."""
 
 
 BREAKS: dict[str, tuple[Safeguards, str]] = {
@@ -155,4 +160,7 @@ BREAKS: dict[str, tuple[Safeguards, str]] = {
     "release-before-commit": (Safeguards(release_after_commit=False),
                               "the next waiting message of a session is released before the "
                               "commit that makes it next"),
+    "resend-without-swap": (Safeguards(swap_before_resend=False),
+                            "a dead-letter replay that finds the token live sends a copy and "
+                            "removes the entry without rewriting the token"),
 }

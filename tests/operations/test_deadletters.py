@@ -6,16 +6,21 @@ from __future__ import annotations
 import importlib
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from bus import Bus
+from bus.adapters.memory import Fault, InMemoryStorage, NoFaults
 from bus.operations.cli import main
 from bus.protocol.poison.deadletters import ReplayResult
+from bus.protocol.poison.queue import PoisonQueue
+from bus.protocol.safeguards import Safeguards
 from bus.protocol.tokens.inbox import TokenState
+from bus.seams import Seams
 from bus.storage import NotFound, Storage
-from bus.testing import drain
+from bus.testing import drain, seamed_bus
 from tests.support import dlq_app
 from tests.support.dlq_app import Charge
 
@@ -54,6 +59,40 @@ def test_replay_processes_a_dead_letter_exactly_once(storage: Storage, prefix: s
     assert letters.replay() == {}  # the entry is gone: a second replay finds nothing
     assert drain(bus).total() == {"processed": 1}
     assert charged(bus, "o1") == 1
+
+
+@pytest.mark.parametrize("swap", [True, False], ids=["swapped", "break-resend-without-swap"])
+def test_a_replay_between_a_poisonings_entry_and_its_park_loses_nothing(
+        storage: Storage, prefix: str, swap: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A poisoning writes its entry, then parks the token by the ETag it read before; a replay
+    that runs in between finds the token live, sends a copy and removes the entry. It rewrites
+    the token live first (a new ETag), so the park fails and the copy is processed: once.
+    Without that (the "resend-without-swap" break) the park lands, the copy is dropped as
+    parked and the entry is gone: the message is lost."""
+    app = dlq_app.build(storage, prefix)
+    bus = seamed_bus(Seams(safeguards=Safeguards(swap_before_resend=swap)), storage,
+                     list(app.topology.endpoints.values()), prefix=prefix,
+                     settings=app.settings)
+    written = PoisonQueue.put
+    replays: list[dict[str, ReplayResult]] = []
+
+    def put_then_replay(queue: PoisonQueue, *args: Any, **kwargs: Any) -> None:
+        written(queue, *args, **kwargs)
+        if not replays:  # the operator replays between the entry and the park
+            dlq_app.FAILING["on"] = False
+            replays.append(bus.dead_letters("payments").replay())
+
+    monkeypatch.setattr(PoisonQueue, "put", put_then_replay)
+    bus.send(Charge(order_id="o9", amount=7))
+    drain(bus, fail_fast=False)
+    assert list(replays[0].values()) == [ReplayResult.RESENT]
+    assert bus.dead_letters("payments").entries() == []
+    if swap:
+        assert charged(bus, "o9") == 1
+        assert bus.parts.inbox.all("payments") == []
+    else:  # the break: parked for good, nothing left to replay
+        assert charged(bus, "o9") == 0
+        assert [t.state for t in bus.parts.inbox.all("payments")] == [TokenState.PARKED]
 
 
 def test_an_interrupted_replay_resends_and_a_stale_entry_is_dropped(storage: Storage,
@@ -105,6 +144,34 @@ def test_purge_removes_the_entry_and_its_parked_token(storage: Storage, prefix: 
     bus.storage.queues.send(bus.names.queue("payments"), letter.entry.original_body)
     assert drain(bus).total() == {"duplicate": 1}  # a late copy of a purged message does nothing
     assert charged(bus, "o4") == 0
+
+
+class _ReleaseFails(NoFaults):
+    """The first release of a leased entry (an extend) fails once armed."""
+
+    def __init__(self) -> None:
+        self.armed = False
+
+    def before_call(self, service: str, operation: str) -> Fault | None:
+        if self.armed and (service, operation) == ("queue", "extend"):
+            self.armed = False
+            return Fault.FAIL_BEFORE
+        return None
+
+
+def test_a_failed_release_hides_only_its_own_entry() -> None:
+    """Reading the poison queue leases its entries and releases them after; a release that
+    fails leaves that entry hidden until its lease runs out, and neither fails the read nor
+    keeps the other entries hidden."""
+    hooks = _ReleaseFails()
+    bus = dlq_app.build(InMemoryStorage(hooks=hooks), "t")
+    bus.send(Charge(order_id="o5", amount=5))
+    bus.send(Charge(order_id="o6", amount=6))
+    assert drain(bus, fail_fast=False).total() == {"poisoned": 2}
+    hooks.armed = True
+    assert len(bus.dead_letters("payments").entries()) == 1
+    assert not hooks.armed
+    assert len(bus.dead_letters("payments").entries()) == 1
 
 
 @pytest.mark.azurite

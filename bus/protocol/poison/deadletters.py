@@ -14,6 +14,12 @@ receiver drops once the first is processed). A token that is gone means the mess
 processed (or purged) since: the entry is stale and is removed. Entries without an envelope
 (bodies that were never a message) cannot be replayed; purge them.
 
+A token found live (or pending, or parked as a presumed orphan) is rewritten live in step 1 all
+the same, by the same compare-and-swap: a poisoning writes its entry first and parks the token
+afterwards, by the ETag it read before the entry (``poisoning``), so a replay of that entry in
+between makes the park fail. Were the park to land after the copy is sent and the entry
+deleted, the token would be parked with nothing left to replay it, and the copy dropped.
+
 The Functions host moves a message to the poison queue itself when its function raised on
 the last delivery allowed: unchanged - a signal, or a whole bundle - without a reason, its
 tokens still live, and (like any message the host sends) expiring after 7 days. Every
@@ -58,9 +64,10 @@ from bus.ids import random_id
 from bus.naming import Names
 from bus.protocol.copies.payloads import Payloads
 from bus.protocol.poison.queue import PoisonEntry, PoisonQueue
+from bus.protocol.safeguards import Safeguards
 from bus.protocol.tokens.inbox import Inbox, TokenState
 from bus.protocol.tokens.verdict import Verdict, verdict
-from bus.storage import NotFound, QueueMessage, Queues
+from bus.storage import QueueMessage, Queues, StorageError
 
 HOST_REASON = "moved to the poison queue by the host after its maximum dequeue count"
 _PAGE = 32  # the most messages one receive returns
@@ -94,10 +101,12 @@ class DeadLetters:
     def __init__(self, *, endpoint: str, names: Names, queues: Queues, inbox: Inbox,
                  payloads: Payloads, clock: Callable[[], float],
                  new_id: Callable[[], str] = random_id, peek_lease: float = 60.0,
-                 resign: Callable[[Envelope], Envelope] | None = None) -> None:
+                 resign: Callable[[Envelope], Envelope] | None = None,
+                 safeguards: Safeguards | None = None) -> None:
         """``resign``: signs a copy anew (``Sealer.resign``), for a replay that drops a
         signed copy's ``expires_at``."""
         self.endpoint = endpoint
+        self._swap_live = (safeguards or Safeguards()).swap_before_resend
         self._resign = resign
         self._queue = names.queue(endpoint)
         self._poison = names.poison_queue(endpoint)
@@ -180,11 +189,13 @@ class DeadLetters:
                 self._queues.delete(self._poison, message)
                 self._writer.discard(entry)
                 return ReplayResult.STALE
-            result = ReplayResult.RESENT  # live, pending or deferred: a copy is harmless
-            if found is Verdict.PARKED:
-                if not self._inbox.unpark(token, self._clock()):
-                    continue  # it changed under us: look again
-                result = ReplayResult.REPLAYED
+            # Live, pending or deferred: a copy is harmless. Parked: made live again. Live or
+            # pending: rewritten live all the same, so that a poisoning's park by the ETag it
+            # read before this entry was written fails (see the module docstring).
+            result = ReplayResult.REPLAYED if found is Verdict.PARKED else ReplayResult.RESENT
+            swap = found is Verdict.PARKED or (found is Verdict.PROCESS and self._swap_live)
+            if swap and not self._inbox.unpark(token, self._clock()):
+                continue  # it changed under us: look again
             self._queues.send(self._queue, body)
             self._queues.delete(self._poison, message)
             self._writer.discard(entry)
@@ -278,9 +289,11 @@ class DeadLetters:
             self._release(messages)
 
     def _release(self, messages: list[QueueMessage]) -> None:
-        """Make leased entries visible again (deleted ones excepted: replayed or purged)."""
+        """Make leased entries visible again (deleted ones excepted: replayed or purged).
+        Best effort, each on its own: an entry whose release fails shows again when its lease
+        runs out, and the others are not left hidden for as long."""
         for message in messages:
-            with contextlib.suppress(NotFound):
+            with contextlib.suppress(StorageError):
                 self._queues.extend(self._poison, message, lease=0)
 
     def _entry(self, message: QueueMessage) -> PoisonEntry:

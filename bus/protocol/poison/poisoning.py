@@ -6,6 +6,12 @@ time-to-live ended before it was handled (``expired``), its handler failed on th
 delivery allowed or rejected it (``failed``), or storage failed on every delivery its host
 allows (``give_up``). Parking the token (``bus.protocol.tokens.inbox``) is what lets the dead-letter
 tools replay the entry exactly once.
+
+The entry is written first and the token parked afterwards, by the ETag it was read with
+*before* the entry: a crash in between leaves the entry and a live token, which a replay
+re-sends. A replay can also meet that entry before the park lands, crash or none; it rewrites
+the live token (``deadletters``), a new ETag, so the park then fails and the token stays live
+for the copy the replay sent - instead of being parked with its entry gone.
 """
 
 from __future__ import annotations
@@ -104,9 +110,10 @@ class Poisoning:
         note_error(sc.error_type(exc), exc)
         reason = (f"rejected: {exc}" if isinstance(exc, Reject)
                   else f"handler failed {dequeue_count} times (max delivery count)")
+        token = self._inbox.read(self.endpoint, envelope.attempt_id)  # before the entry
         self._poison.put(body, reason=reason, dequeue_count=dequeue_count, now=self._clock(),
                          envelope=envelope, exception=f"{type(exc).__name__}: {exc}")
-        self._park(self._inbox.read(self.endpoint, envelope.attempt_id))
+        self._park(token)
         ack()
         log.warning("poisoned %s at %s: %s", envelope.message_id, self.endpoint, reason)
         return Outcome.POISONED

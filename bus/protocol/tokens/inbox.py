@@ -266,7 +266,8 @@ class Inbox:
         return self._move(replace(token, orphan=orphan), TokenState.PARKED, now)
 
     def unpark(self, token: Token, now: float) -> bool:
-        """Make a parked token live again (a dead-letter replay); False if it changed."""
+        """Make a token live again for a dead-letter replay - a parked one, or a live or
+        pending one rewritten live, so that its ETag changes; False if it changed."""
         return self._move(replace(token, orphan=False), TokenState.LIVE, now)
 
     def defer(self, token: Token, signal: str, now: float) -> bool:

@@ -22,9 +22,10 @@ from bus.adapters.memory import InMemoryStorage
 from bus.bus import Bus
 from bus.hosting.functions.trigger import QueueTrigger
 from bus.protocol.delivery import Handoff, Outcome
+from bus.protocol.poison.queue import PoisonEntry
 from bus.storage import QueueMessage, StorageError
 from bus.testing.simulate.sessions import settled
-from bus.testing.simulate.world import World
+from bus.testing.simulate.world import Actor, World
 
 SIGNAL_BATCH = 2  # copies per signal activity (the app's is 16; small here, to interleave)
 HOST_COPY_TTL = 120.0
@@ -201,29 +202,84 @@ def _step(bus: Bus, world: World, job: Job) -> Job | None:
     return None
 
 
-def operator(bus: Bus, world: World, endpoints: list[str], known: set[str],
-             counts: Counter[str]) -> Callable[[], None]:
-    """Someone replaying the dead letters of messages the endpoints handle, now and then,
-    while the workers run (what the host or the bus poisoned after storage errors) - not a
-    copy its session refused or its handler rejected: replayed, it would be poisoned again."""
-    def run() -> None:
-        while True:
-            world.sleep(5.0)
-            for endpoint in endpoints:
-                letters = bus.dead_letters(endpoint)
-                try:
-                    if not bus.storage.queues.depth(bus.names.poison_queue(endpoint)):
-                        continue
-                    chosen = {letter.id for letter in letters.entries()
-                              if letter.replayable and letter.entry.envelope is not None
-                              and letter.entry.envelope.message_type in known
-                              and not settled(letter.entry)}
-                    if chosen:
-                        counts["dead_letters_replayed"] += len(letters.replay(chosen))
-                except StorageError:
-                    continue
+class Operator:
+    """Someone replaying the dead letters of messages the endpoints handle, while the workers
+    run (what the host or the bus poisoned after storage errors) - not a copy its session
+    refused or its handler rejected: replayed, it would be poisoned again.
 
-    return run
+    Every 5 seconds; and alerted at once when a poison queue gains an entry to replay
+    (``alerted``, read outside the simulated storage's faults), it replays that endpoint's
+    entries urgently: before anyone else takes another step, as an operator who is quick where
+    the poisoner is slow. Its replay then meets a poisoning that has written its entry and has
+    yet to park the token (``bus.protocol.poison.poisoning``), and an adoption likewise."""
+
+    def __init__(self, bus: Bus, world: World, endpoints: list[str], known: set[str],
+                 counts: Counter[str]) -> None:
+        storage = bus.storage
+        assert isinstance(storage, InMemoryStorage)
+        self._storage = storage
+        self._bus = bus
+        self._world = world
+        self._endpoints = endpoints
+        self._known = known
+        self._counts = counts
+        self._wanted: dict[str, bool] = {}  # by poison-queue body
+        self._seen = self._sizes()
+
+    def actor(self) -> Actor:
+        return Actor("operator", self.run, alarm=self.alerted)
+
+    def alerted(self) -> bool:
+        """Whether a poison queue holds more entries to replay than when last looked at."""
+        return any(size > self._seen[e] for e, size in self._sizes().items())
+
+    def run(self) -> None:
+        while True:
+            self._world.sleep(5.0)  # or less: woken by ``alerted``
+            sizes = self._sizes()
+            grown = [e for e in self._endpoints if sizes[e] > self._seen[e]]
+            self._seen = sizes
+            if not grown:
+                for endpoint in self._endpoints:
+                    self._replay(endpoint)
+                continue
+            self._counts["alerted_replays"] += 1
+            with self._world.urgently():
+                for endpoint in grown:
+                    self._replay(endpoint)
+
+    def _replay(self, endpoint: str) -> None:
+        letters = self._bus.dead_letters(endpoint)
+        try:
+            if not self._bus.storage.queues.depth(self._bus.names.poison_queue(endpoint)):
+                return
+            chosen = {letter.id for letter in letters.entries() if self._chosen(letter.entry)}
+            if chosen:
+                self._counts["dead_letters_replayed"] += len(letters.replay(chosen))
+        except StorageError:
+            return
+
+    def _chosen(self, entry: PoisonEntry) -> bool:
+        return (entry.envelope is not None and entry.original_body != ""
+                and entry.envelope.message_type in self._known and not settled(entry))
+
+    def _sizes(self) -> dict[str, int]:
+        """The entries to replay in each poison queue: what ``_chosen`` picks, and what it may
+        pick once read whole or adopted (an entry kept in a blob, a copy the host moved)."""
+        return {e: sum(self._to_replay(body) for body in
+                       self._storage.queues.bodies(self._bus.names.poison_queue(e)))
+                for e in self._endpoints}
+
+    def _to_replay(self, body: str) -> bool:
+        wanted = self._wanted.get(body)
+        if wanted is None:
+            try:
+                entry = PoisonEntry.decode(body)
+                wanted = entry.entry_ref is not None or self._chosen(entry)
+            except (ValueError, binascii.Error):
+                wanted = True
+            self._wanted[body] = wanted
+        return wanted
 
 
 def _base64(body: str) -> bytes | None:

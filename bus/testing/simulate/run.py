@@ -29,7 +29,7 @@ from bus.storage import StorageError
 from bus.storage.limits import AZURE, StorageLimits
 from bus.testing.seamed import seamed_bus
 from bus.testing.simulate import sessions, spark
-from bus.testing.simulate.functions import FunctionsHost, Job, operator, orchestrator
+from bus.testing.simulate.functions import FunctionsHost, Job, Operator, orchestrator
 from bus.testing.simulate.workload import (
     EXPECTED,
     LARGE,
@@ -146,10 +146,8 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
             world.spawn(_instance(own, world, endpoint, index, functions=functions,
                                   handoffs=handoffs, counts=counts))
     world.spawn(Actor("orchestrator", orchestrator(bus, world, handoffs, counts)))
-    world.spawn(Actor("operator", operator(bus, world, list(bus.topology.endpoints),
-                                           {t for _, t in EXPECTED} | {"Start", "Noted",
-                                                                       "Tally"},
-                                           counts)))
+    world.spawn(Operator(bus, world, list(bus.topology.endpoints),
+                         {t for _, t in EXPECTED} | {"Start", "Noted", "Tally"}, counts).actor())
 
     # Maintenance runs in every run: it collects pending tokens of handler runs that never
     # committed while workers are still committing theirs, releases deferrals and finishes

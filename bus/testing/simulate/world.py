@@ -9,7 +9,8 @@ steps. Time is virtual. Given the seed, a run replays exactly.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from greenlet import greenlet
@@ -63,6 +64,12 @@ class Actor:
     wake_at: float = 0.0
     finished: bool = False
     glet: greenlet | None = None
+    alarm: Callable[[], bool] | None = None
+    """Wakes the actor from a sleep at once when it holds (checked before every step, outside
+    the faults): an alert."""
+    urgent: bool = False
+    """While set (``World.urgently``), the actor takes every step it can: nobody else moves
+    until it sleeps (a stall, a wait) or is done."""
 
 
 class Gate:
@@ -139,6 +146,17 @@ class World:
         self.current.wake_at = self.clock + seconds
         self._yield()
 
+    @contextmanager
+    def urgently(self) -> Iterator[None]:
+        """The current actor runs urgently (``Actor.urgent``) inside the block."""
+        actor = self.current
+        assert actor is not None
+        actor.urgent = True
+        try:
+            yield
+        finally:
+            actor.urgent = False
+
     def page_length(self, limit: int) -> int:
         if self.current is None:
             return limit  # set-up and checks: whole answers, no draws
@@ -163,9 +181,13 @@ class World:
             self._land_due_ghosts()
             if self.rng.random() < self.profile.lease_expiry and expire_lease():
                 self.counters.add("lease_expiry")
+            for actor in self.actors:
+                if actor.alarm is not None and actor.wake_at > self.clock and actor.alarm():
+                    actor.wake_at = self.clock
             runnable = [a for a in self.actors if not a.finished and a.wake_at <= self.clock]
             if runnable:
-                self._step(self.rng.choice(runnable))
+                urgent = [a for a in runnable if a.urgent]
+                self._step(urgent[0] if urgent else self.rng.choice(runnable))
                 self.clock += self.rng.uniform(0.0005, 0.005)
                 continue
             if quiescent():
