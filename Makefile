@@ -178,4 +178,4 @@ lock:
 	/tmp/bus-lock/bin/pip freeze
 
 clean:
-	rm -rf $(VENV) $(VENV310) $(INFRA_VENV) node_modules .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(VENV310) $(INFRA_VENV) node_modules .mypy_cache .ruff_cache .pytest_cache .test-durations.json

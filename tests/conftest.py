@@ -12,7 +12,9 @@ here: a run of the in-memory tiers does not pay for it.
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
+import json
 import logging
 import os
 import uuid
@@ -32,6 +34,12 @@ FIXTURE_TIERS = {"azurite_connection": "azurite", "spark": "spark", "browser": "
 """A fixture in a test's closure -> the tier marker the test gets."""
 WORKER_MODULES = ("devhost.worker", "devhost.host", "azure_functions_runtime")
 """Importing any of these (anywhere in a test module) runs Microsoft's Functions worker."""
+SLOW_SECONDS = 5.0
+"""A test that took this long last time is started first, longest first: on two cores the
+slowest simulation test (over a minute) otherwise starts last and the run waits for it."""
+DURATIONS = Path(__file__).resolve().parents[1] / ".test-durations.json"
+"""Each test's duration in the last run that ran it (ignored by git; ``make clean`` removes it).
+Not pytest's cache, which pyproject.toml turns off."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -51,6 +59,7 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    _slowest_first(items)
     for item in items:
         closure = getattr(item, "fixturenames", ())
         for fixture, tier in FIXTURE_TIERS.items():
@@ -59,6 +68,43 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         path = Path(str(item.fspath))
         if path.suffix == ".py" and _imports_the_worker(path):
             item.add_marker("worker")
+
+
+def _slowest_first(items: list[pytest.Item]) -> None:
+    """Move the tests that were slow last time (``DURATIONS``) to the front, longest first; the
+    others keep their order. Every xdist worker reads the same file, so all collect the same
+    order; a fresh clone has none and runs in the usual order."""
+    last = _last_durations()
+    slow = sorted((item for item in items if last.get(item.nodeid, 0.0) >= SLOW_SECONDS),
+                  key=lambda item: -last[item.nodeid])
+    if slow:
+        rest = [item for item in items if last.get(item.nodeid, 0.0) < SLOW_SECONDS]
+        items[:] = [*slow, *rest]
+
+
+def _last_durations() -> dict[str, float]:
+    try:
+        found = json.loads(DURATIONS.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {k: float(v) for k, v in found.items()} if isinstance(found, dict) else {}
+
+
+_durations: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call":
+        _durations[report.nodeid] = report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Remember this run's durations: the controller's, which sees every worker's reports."""
+    if hasattr(session.config, "workerinput") or not _durations:
+        return
+    merged = {**_last_durations(), **_durations}
+    with contextlib.suppress(OSError):  # a read-only checkout runs in the usual order
+        DURATIONS.write_text(json.dumps(merged, sort_keys=True), encoding="utf-8")
 
 
 @functools.cache
