@@ -40,7 +40,16 @@ window."""
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.getLogger("bus").setLevel(logging.CRITICAL)  # faults are the point; keep quiet
+    quiet = logging.getLogger("bus")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)  # faults are the point; keep quiet
+    try:
+        return _run(args)
+    finally:
+        quiet.setLevel(level)  # called as a function (a test), the caller's logging is back
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.list_breaks:
         for name, (_, description) in BREAKS.items():
             print(f"{name:20} {description}")
