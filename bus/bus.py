@@ -32,7 +32,7 @@ class Bus(Client, Operator):
     OpenTelemetry providers, no-ops unless an SDK is installed).
 
     A bus is the client API (``bus.client.Client``: send, publish, ...) and the operator API
-    (``bus.operator.Operator``: provision, pause, dead letters, sessions, ...) over one
+    (``bus.operator.Operator``: provision, pause, poisoned messages, sessions, ...) over one
     ``bus.parts.Parts``, built once; hosts and tools take the pieces they need from ``parts``
     (receivers, admission, the inbox, ...). Tests and the simulation that move time build the
     parts with other seams (clock, ids, sleeps, safeguards) and a bus over them:

@@ -1,4 +1,4 @@
-"""The operator API: set-up, pausing an endpoint, dead letters, deferred messages, sessions,
+"""The operator API: set-up, pausing an endpoint, poisoned messages, deferred messages, sessions,
 reading state, maintenance. The CLI and the dashboard are built on it."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from bus.naming import RESERVED_PREFIX
 from bus.parts import Parts
 from bus.protocol import steps
 from bus.protocol.outbox.deferral import Deferrals
-from bus.protocol.poison.deadletters import DeadLetters
+from bus.protocol.poison.poisoned import PoisonedMessages
 from bus.protocol.sessions.admin import Sessions
 from bus.protocol.upkeep.sweeper import Sweeper
 from bus.storage import Entity, EntityValue, NotFound
@@ -74,15 +74,15 @@ class Operator:
                         courier=parts.courier, clock=parts.clock, window=ep.reorder_window,
                         skip_gaps=ep.skip_gaps)
 
-    def dead_letters(self, endpoint: str) -> DeadLetters:
+    def poisoned(self, endpoint: str) -> PoisonedMessages:
         """The poison queue of ``endpoint``: list, replay (exactly once; an expired message
         with ``drop_expiry=True`` to have it handled after all), purge."""
         parts = self.parts
-        return DeadLetters(endpoint=parts.topology.endpoint(endpoint).name, names=parts.names,
-                           queues=parts.observed.queues, inbox=parts.inbox,
-                           payloads=parts.payloads, clock=parts.clock, new_id=parts.new_id,
-                           peek_lease=parts.settings.peek_lease_seconds,
-                           resign=parts.sealer.resign, safeguards=parts.safeguards)
+        return PoisonedMessages(
+            endpoint=parts.topology.endpoint(endpoint).name, names=parts.names,
+            queues=parts.observed.queues, inbox=parts.inbox, payloads=parts.payloads,
+            clock=parts.clock, new_id=parts.new_id, peek_lease=parts.settings.peek_lease_seconds,
+            resign=parts.sealer.resign, safeguards=parts.safeguards)
 
     def deferred(self, endpoint: str) -> Deferrals:
         """The messages ``endpoint``'s handlers deferred: list, fetch by id, release."""

@@ -81,7 +81,7 @@ class Settings(BaseModel):
     """The largest claim-check payload a send writes and a receiver reads: a larger send raises
     PayloadError, a larger blob is poisoned unread (the reader holds at most this much)."""
     peek_lease_seconds: float = Field(60.0, gt=0)
-    """How long the dead-letter tools (and maintenance's adoption) lease the poison-queue
+    """How long the poison-queue tools (and maintenance's adoption) lease the poison-queue
     entries they read: one they stop on comes back after this long."""
     stats_flush_seconds: float | None = Field(15.0, gt=0)
     """How often a host writes its endpoints' per-minute statistics (throughput, processing

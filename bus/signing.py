@@ -3,7 +3,7 @@
 Documented in docs/signing.md (how to turn it on, what it protects and what it does not) and
 docs/envelope.md (the fields). A copy is signed when its envelope is created, before it is
 stored anywhere (outbox record, send ledger), and again only when it gets a new attempt id;
-everything that re-sends it later (redelivery, a released deferral, a dead-letter replay)
+everything that re-sends it later (redelivery, a released deferral, a poison-queue replay)
 sends those exact bytes. The receiver verifies before any handler runs.
 
 The signature covers the **canonical form** of the copy (``canonical``): a sorted-key compact

@@ -6,8 +6,8 @@ Starts Azurite, provisions function_app.py's topology, starts the local host on 
 * ``--orders`` PlaceOrder commands, placed, billed and packed by the app;
 * the orders of one customer whose account row is corrupt (not a number): billing fails on
   every delivery and the host poisons them after host.json's maxDequeueCount. Once they are
-  all in the poison queue the row is repaired, so replaying the group from the failed page
-  bills each of them once;
+  all in the poison queue the row is repaired, so replaying the group from the Poisoned
+  messages page bills each of them once;
 * two undecodable bodies on the orders queue (poisoned without invoking the app, not
   replayable: purge them);
 * two orders scheduled an hour out.
@@ -127,7 +127,7 @@ class Dashboard:
                               dashboard: subprocess.Popen[bytes]) -> None:
         """Wait until billing has poisoned every order of the corrupt customer, then repair
         the row: replaying them from the dashboard then bills each once."""
-        letters = self.bus.dead_letters("billing")
+        letters = self.bus.poisoned("billing")
         deadline = time.monotonic() + 300
         while len(letters.entries()) < self.args.failing:
             if host.poll() is not None or dashboard.poll() is not None or \
@@ -143,7 +143,8 @@ class Dashboard:
             self.bus.names.state_table("billing"),
             Entity(CORRUPT_CUSTOMER, "account", {"balance_cents": 0, "invoices": 0}))
         print(f"billing poisoned the {self.args.failing} orders of {CORRUPT_CUSTOMER}; its "
-              "account row is repaired now: replay them from the failed page", flush=True)
+              "account row is repaired now: replay them from the Poisoned messages page",
+              flush=True)
 
 
 if __name__ == "__main__":

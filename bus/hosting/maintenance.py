@@ -46,7 +46,7 @@ def maintenance_pass(bus: Bus, stalled_seconds: float = 300.0) -> MaintenanceRep
     endpoints = list(bus.topology.endpoints)
     for name in endpoints:
         try:
-            report.adopted[name] = bus.dead_letters(name).adopt()
+            report.adopted[name] = bus.poisoned(name).adopt()
         except Exception:
             _failed(report, f"adopting at {name}")
     try:

@@ -19,7 +19,8 @@ hand what they leased to a ``Settlement``, which (the host's part around the rec
    result                                        queue operations
    ============================================  =========================================
    an outcome (processed, duplicate, poisoned,   acknowledged (the receiver calls the ack
-   expired, deferred, scheduled, parked)         once the outcome is durable)
+   already poisoned, expired, deferred,          once the outcome is durable)
+   scheduled)
    the handler failed, deliveries left           released: visible again after the route's
                                                  retry delay
    a storage error                               released after the host's retry delay

@@ -4,7 +4,7 @@ Found in what storage holds, without an index of its own (no extra request per m
 
 * **inbox tokens** - every message in flight has one, and a token keeps its message's
   correlation id, cause, type and sender (``Lineage``): ``queued`` (live or pending),
-  ``scheduled`` (not due yet), ``deferred``, ``poisoned`` (parked);
+  ``scheduled`` (not due yet), ``deferred``, ``poisoned`` (in the poison queue);
 * **poison queues** - each entry's envelope;
 * **outbox records** - each state partition's last committed record: its incoming message
   was handled (``processed``), and it lists the messages that handler sent, with their
@@ -85,9 +85,9 @@ def _from_tokens(tokens: Iterable[Token], now: float) -> list[_Seen]:
     found = []
     for token in tokens:
         lineage = token.lineage
-        state = {TokenState.DEFERRED: "deferred", TokenState.PARKED: "poisoned"}.get(
+        state = {TokenState.DEFERRED: "deferred", TokenState.POISONED: "poisoned"}.get(
             token.state, "scheduled" if token.due is not None and token.due > now else "queued")
-        if token.state is TokenState.PARKED and token.orphan:
+        if token.state is TokenState.POISONED and token.orphan:
             state = "queued"  # presumed an orphan by the sweeper: its signal may yet come
         found.append(_Seen(ConversationMessage(
             token.message_id, lineage.message_type if lineage else "",
@@ -100,12 +100,12 @@ def _from_tokens(tokens: Iterable[Token], now: float) -> list[_Seen]:
 def _from_poison(bus: Bus, live: dict[tuple[str, str], Token]) -> list[_Seen]:
     found = []
     for endpoint in bus.topology.endpoints:
-        for letter in bus.dead_letters(endpoint).entries():
+        for letter in bus.poisoned(endpoint).entries():
             envelope = letter.entry.envelope
             if envelope is None:
                 continue
-            parked = (endpoint, envelope.message_id) in live
-            found.append(_Seen(_message(envelope, "poisoned" if parked else "processed",
+            poisoned = (endpoint, envelope.message_id) in live
+            found.append(_Seen(_message(envelope, "poisoned" if poisoned else "processed",
                                         letter.entry.poisoned_at.timestamp()),
                                envelope.correlation_id, 2))
     return found

@@ -1,8 +1,10 @@
-"""``python -m bus dlq list|show|replay|purge ENDPOINT``: an endpoint's dead letters.
+"""``python -m bus dlq list|show|replay|purge ENDPOINT``: an endpoint's poisoned messages.
+
+``dlq`` (dead-letter queue, the name every broker's operators know) is the poison queue.
 
 The commands connect to the account the app is configured for (``AzureWebJobsStorage`` or
 ``AzureWebJobsStorage__accountName``, as in the Functions app; ``local.settings.json`` is not
-read - export the setting). Replaying is exactly-once: see ``bus.protocol.poison.deadletters``.
+read - export the setting). Replaying is exactly-once: see ``bus.protocol.poison.poisoned``.
 """
 
 from __future__ import annotations
@@ -13,16 +15,16 @@ import click
 
 from bus.errors import ConfigurationError
 from bus.operations.apps import AppError, load_bus
-from bus.protocol.poison.deadletters import DeadLetter, DeadLetters
+from bus.protocol.poison.poisoned import PoisonedMessage, PoisonedMessages
 
 
 class DlqProblem(click.ClickException):
     exit_code = 2
 
 
-def _letters(app: str, endpoint: str) -> DeadLetters:
+def _poison_queue(app: str, endpoint: str) -> PoisonedMessages:
     try:
-        return load_bus(app).dead_letters(endpoint)
+        return load_bus(app).poisoned(endpoint)
     except (AppError, ConfigurationError) as exc:
         raise DlqProblem(str(exc)) from exc
 
@@ -35,7 +37,7 @@ def _ids(ids: tuple[str, ...], every: bool) -> set[str] | None:
 
 @click.group()
 def dlq() -> None:
-    """Dead letters: what an endpoint's poison queue holds, and replaying or purging it."""
+    """Poisoned messages: what an endpoint's poison queue holds, and replaying or purging it."""
 
 
 @dlq.command("list")
@@ -44,7 +46,7 @@ def dlq() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per entry.")
 def list_command(endpoint: str, app: str, as_json: bool) -> None:
     """The entries of ENDPOINT's poison queue, oldest first."""
-    letters = _letters(app, endpoint).entries()
+    letters = _poison_queue(app, endpoint).entries()
     for letter in letters:
         if as_json:
             click.echo(json.dumps(_summary(letter)))
@@ -54,7 +56,7 @@ def list_command(endpoint: str, app: str, as_json: bool) -> None:
                        f"{s['message_id'] or '-'}  deliveries {s['dequeue_count']}  "
                        f"token {s['token']}  {s['reason']}")
     if not as_json:
-        click.echo(f"{len(letters)} dead letter(s) at {endpoint}")
+        click.echo(f"{len(letters)} poisoned message(s) at {endpoint}")
 
 
 @dlq.command("show")
@@ -63,7 +65,7 @@ def list_command(endpoint: str, app: str, as_json: bool) -> None:
 @click.option("--app", default="function_app", show_default=True, metavar="MODULE[:NAME]")
 def show_command(endpoint: str, entry_id: str, app: str) -> None:
     """One entry in full: reason, exception, delivery count and the original envelope."""
-    for letter in _letters(app, endpoint).entries():
+    for letter in _poison_queue(app, endpoint).entries():
         if letter.id == entry_id:
             click.echo(json.dumps({**_summary(letter), "exception": letter.entry.exception,
                                    "envelope": letter.entry.envelope.model_dump(mode="json")
@@ -85,7 +87,7 @@ def replay_command(endpoint: str, entry_ids: tuple[str, ...], every: bool, drop_
                    app: str) -> None:
     """Put entries back on ENDPOINT's queue; each message's effect still happens once."""
     wanted = _ids(entry_ids, every)
-    results = _letters(app, endpoint).replay(wanted, drop_expiry=drop_expiry)
+    results = _poison_queue(app, endpoint).replay(wanted, drop_expiry=drop_expiry)
     for entry_id, result in results.items():
         click.echo(f"{entry_id}  {result.value}")
     missing = sorted((wanted or set()) - set(results))
@@ -105,16 +107,16 @@ def replay_command(endpoint: str, entry_ids: tuple[str, ...], every: bool, drop_
 @click.option("--app", default="function_app", show_default=True, metavar="MODULE[:NAME]")
 def purge_command(endpoint: str, entry_ids: tuple[str, ...], every: bool, yes: bool,
                   app: str) -> None:
-    """Delete entries for good (and their parked messages' tokens and payloads)."""
+    """Delete entries for good (and their poisoned messages' tokens and payloads)."""
     wanted = _ids(entry_ids, every)
     if not yes:
         click.confirm(f"purge {'every entry' if every else len(entry_ids)} of {endpoint}'s "
                       "poison queue for good?", abort=True)
-    purged = _letters(app, endpoint).purge(wanted)
+    purged = _poison_queue(app, endpoint).purge(wanted)
     click.echo(f"{len(purged)} purged")
 
 
-def _summary(letter: DeadLetter) -> dict[str, object]:
+def _summary(letter: PoisonedMessage) -> dict[str, object]:
     envelope = letter.entry.envelope
     return {"id": letter.id, "poisoned_at": letter.entry.poisoned_at.isoformat(),
             "reason": letter.entry.reason, "dequeue_count": letter.entry.dequeue_count,

@@ -103,11 +103,11 @@ def skip_command(endpoint: str, session: str, app: str) -> None:
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @_app_option
 def close_command(endpoint: str, session: str, yes: bool, app: str) -> None:
-    """Close SESSION: its waiting and later messages go to the dead-letter queue."""
+    """Close SESSION: its waiting and later messages go to the poison queue."""
     found = _sessions(app, endpoint)
     info = _one(found, session)
     if not yes:
         click.confirm(f"close session {session!r} of {endpoint}? {len(info.waiting)} waiting "
-                      "message(s) and any later ones go to its dead-letter queue", abort=True)
+                      "message(s) and any later ones go to its poison queue", abort=True)
     click.echo(f"closed; {found.close(session)} waiting message(s) released to the "
-               "dead-letter queue")
+               "poison queue")

@@ -20,7 +20,7 @@ class Outcome(str, enum.Enum):
     PROCESSED = "processed"
     DUPLICATE = "duplicate"
     POISONED = "poisoned"
-    PARKED = "parked"
+    ALREADY_POISONED = "already_poisoned"  # its message waits in the poison queue: dropped
     REQUEUED = "requeued"  # hosting only: put back on the queue as a copy (with its count)
     SCHEDULED = "scheduled"  # arrived before its time: put back with the remaining delay
     DEFERRED = "deferred"  # the handler set it aside (Context.defer)
@@ -29,7 +29,7 @@ class Outcome(str, enum.Enum):
 
 def dropped(found: Verdict) -> Outcome:
     """The outcome of a copy whose verdict is not PROCESS."""
-    return Outcome.PARKED if found is Verdict.PARKED else Outcome.DUPLICATE
+    return Outcome.ALREADY_POISONED if found is Verdict.POISONED else Outcome.DUPLICATE
 
 
 class HandlerFailed(Exception):

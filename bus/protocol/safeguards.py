@@ -45,7 +45,7 @@ class Safeguards:
     """A copy's token is created before its claim-check blob, so a blob without a token is
     garbage the sweeper may delete."""
     process_presumed_orphans: bool = True
-    """A copy whose token the sweeper parked as a presumed orphan (no signal within
+    """A copy whose token the sweeper poisoned as a presumed orphan (no signal within
     ``orphan_age``) is processed when it comes after all."""
     own_record_steps: bool = True
     """An orchestration's step acts only on the record it was started for (message id,
@@ -54,8 +54,8 @@ class Safeguards:
     release_seen_deferral: bool = True
     """A handler's release request releases only the deferral its handler saw (the token's
     generation then), never a later deferral of the same message."""
-    apply_parked_deferral: bool = True
-    """A claim completes a deferring record whose incoming token was parked meanwhile (the
+    apply_poisoned_deferral: bool = True
+    """A claim completes a deferring record whose incoming token was poisoned meanwhile (the
     host gave up on the message after its commit and maintenance adopted the host's copy): the
     deferral is still to apply, so the record is not finished."""
     send_marks: bool = True
@@ -87,10 +87,10 @@ class Safeguards:
     """The next waiting message of a session is released once the commit that makes it next
     is durable (the record's release requests), never before."""
     swap_before_resend: bool = True
-    """A dead-letter replay that finds the token live (or pending) rewrites it live with a
-    compare-and-swap before it sends a copy and removes the entry, as it unparks a parked
-    one: a poisoning that wrote the entry and has yet to park the token (by the ETag it read
-    before) then fails that park, instead of parking a token whose entry is gone."""
+    """A poison-queue replay that finds the token live (or pending) rewrites it live with a
+    compare-and-swap before it sends a copy and removes the entry, as it revives a poisoned
+    one: a poisoning that wrote the entry and has yet to poison the token (by the ETag it read
+    before) then fails that poisoning, instead of poisoning a token whose entry is gone."""
 
 
 BREAKS: dict[str, tuple[Safeguards, str]] = {
@@ -126,16 +126,16 @@ BREAKS: dict[str, tuple[Safeguards, str]] = {
     "payload-before-token": (Safeguards(token_before_payload=False),
                              "write a copy's claim-check blob before its token"),
     "drop-presumed-orphans": (Safeguards(process_presumed_orphans=False),
-                              "a copy arriving after its token was parked as a presumed orphan "
+                              "a copy arriving after its token was poisoned as a presumed orphan "
                               "is dropped"),
     "steps-by-message-id": (Safeguards(own_record_steps=False),
                             "an orchestration step finds its record by message id alone"),
     "release-any-deferral": (Safeguards(release_seen_deferral=False),
                              "a handler's release request releases whatever deferral the "
                              "message has now"),
-    "parked-ends-deferral": (Safeguards(apply_parked_deferral=False),
-                             "a claim commits over a deferring record whose token was parked "
-                             "after its commit, as if it were finished"),
+    "poisoned-ends-deferral": (Safeguards(apply_poisoned_deferral=False),
+                               "a claim commits over a deferring record whose token was poisoned "
+                               "after its commit, as if it were finished"),
     "unmarked-sends": (Safeguards(send_marks=False),
                        "send_once_many creates tokens without send marks"),
     "mark-apart": (Safeguards(marks_with_tokens=False),
@@ -161,6 +161,6 @@ BREAKS: dict[str, tuple[Safeguards, str]] = {
                               "the next waiting message of a session is released before the "
                               "commit that makes it next"),
     "resend-without-swap": (Safeguards(swap_before_resend=False),
-                            "a dead-letter replay that finds the token live sends a copy and "
+                            "a poison-queue replay that finds the token live sends a copy and "
                             "removes the entry without rewriting the token"),
 }

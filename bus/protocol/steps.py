@@ -31,8 +31,8 @@ RECEIVE = (
          "load the partition's outbox slot with its ETag and the declared rows; complete an "
          "unfinished record first"),
     Step("R4", "deduplicate", "receive.receiver",
-         "check the copy's inbox token: gone or fenced - a duplicate; parked - poisoned "
-         "already"),
+         "check the copy's inbox token: gone or fenced - a duplicate; poisoned - in the "
+         "poison queue already"),
     Step("R5", "handle", "receive.handling",
          "run the handler (immediate retries, middleware) against the partition; create the "
          "outgoing tokens, pending"),

@@ -20,7 +20,7 @@ from typing import Any
 
 from bus.bus import Bus
 from bus.hosting.worker import Worker
-from bus.protocol.poison.deadletters import DeadLetter
+from bus.protocol.poison.poisoned import PoisonedMessage
 
 MAX_ROUNDS = 100
 """Polls of every endpoint before ``drain`` gives up on ever being idle (a message that keeps
@@ -30,7 +30,7 @@ coming back, or a handler that keeps sending)."""
 class MessagesPoisoned(AssertionError):
     """Messages ended in a poison queue while draining; ``letters`` has their entries."""
 
-    def __init__(self, letters: Sequence[DeadLetter]) -> None:
+    def __init__(self, letters: Sequence[PoisonedMessage]) -> None:
         self.letters = list(letters)
         lines = [f"{len(self.letters)} message(s) poisoned while draining:"]
         for letter in self.letters:
@@ -95,5 +95,5 @@ def drain(bus: Bus, endpoints: Iterable[str] | None = None, *, fail_fast: bool =
     return Drained({name: dict(w.outcomes) for name, w in workers.items()}, signals)
 
 
-def _poisoned(bus: Bus, endpoints: list[str]) -> dict[str, list[DeadLetter]]:
-    return {name: bus.dead_letters(name).entries() for name in endpoints}
+def _poisoned(bus: Bus, endpoints: list[str]) -> dict[str, list[PoisonedMessage]]:
+    return {name: bus.poisoned(name).entries() for name in endpoints}

@@ -43,7 +43,7 @@ param producerPrincipalType string = 'ServicePrincipal'
 param sparkPrincipalId string = ''
 @allowed(['User', 'Group', 'ServicePrincipal'])
 param sparkPrincipalType string = 'ServicePrincipal'
-@description('Optional: operators (user or group) running the dead-letter tools: poison queues, replay sends, inbox tokens, claim checks.')
+@description('Optional: operators (user or group) running the poison-queue tools: poison queues, replay sends, inbox tokens, claim checks.')
 param operatorPrincipalId string = ''
 @allowed(['User', 'Group', 'ServicePrincipal'])
 param operatorPrincipalType string = 'User'
@@ -347,7 +347,7 @@ resource producerPayloads 'Microsoft.Authorization/roleAssignments@2022-04-01' =
 // -- the Spark jobs (optional) ------------------------------------------------------------------
 
 // Sending through the send ledger: ledger records, inbox tokens (insert, fence; and, reading,
-// check, consume, park); the staging rows.
+// check, consume, poison); the staging rows.
 var sparkTableNames = [tokensTableName, ledgerTableName, sparkStagingTableName]
 
 resource sparkTables 'Microsoft.Storage/storageAccounts/tableServices/tables@2023-05-01' existing = [for table in sparkTableNames: {
@@ -468,7 +468,7 @@ resource sparkProvisionTopics 'Microsoft.Authorization/roleAssignments@2022-04-0
   }
 }
 
-// -- operators (optional): the dead-letter tools ---------------------------------------------------
+// -- operators (optional): the poison-queue tools ---------------------------------------------------
 
 // List, adopt, replay and purge poison entries.
 resource operatorPoison 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (endpoint, i) in topology.endpoints: if (hasOperator) {
@@ -492,7 +492,7 @@ resource operatorReplay 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
   }
 }]
 
-// Parked tokens: read, unpark (replay), delete (purge).
+// Poisoned tokens: read, revive (replay), delete (purge).
 resource operatorTokens 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (hasOperator) {
   name: guid(tokensTable.id, operatorPrincipalId, storageTableDataContributor)
   scope: tokensTable

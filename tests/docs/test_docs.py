@@ -72,5 +72,5 @@ def test_foreign_producer_in_signing_md_signs_with_plain_hmac(azurite_connection
                    "KEY": b"x" * 32})
     assert drain(bus, fail_fast=False)["orders"] == {"processed": 1, "poisoned": 1}
     assert state(bus, "orders", "signed-1", "order") == {"amount": 7, "note_size": 0}
-    [letter] = bus.dead_letters("orders").entries()
+    [letter] = bus.poisoned("orders").entries()
     assert letter.entry.reason == "bad signature (key 'shop')"

@@ -1,7 +1,7 @@
 """What the Functions host moves to a poison queue itself (a signal or a whole bundle,
 unchanged, after maxDequeueCount deliveries; it would expire there after 7 days) is adopted by
-the dead-letter tools: one entry of the bus's own per signal, with its envelope, its token
-parked - listed, replayed exactly once - on the in-memory backend and Azurite."""
+the poison-queue tools: one entry of the bus's own per signal, with its envelope, its token
+poisoned - listed, replayed exactly once - on the in-memory backend and Azurite."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import base64
 
 from bus import Bus, Command, Context, Endpoint
 from bus.envelope import encode_bundle
-from bus.protocol.poison.deadletters import ReplayResult
+from bus.protocol.poison.poisoned import ReplayResult
 from bus.protocol.poison.queue import PoisonEntry
 from bus.protocol.tokens.inbox import TokenState
 from bus.storage import Storage
@@ -52,22 +52,22 @@ def test_a_bundle_the_host_poisoned_is_listed_and_replayed_per_signal(
         storage: Storage, prefix: str) -> None:
     bus, seen = build(storage, prefix)
     host_moves_a_bundle(bus, 2)
-    letters = bus.dead_letters("ticks").entries()
+    letters = bus.poisoned("ticks").entries()
     assert [(letter.entry.reason, letter.token) for letter in letters] == [
-        (HOST_REASON, TokenState.PARKED)] * 2
+        (HOST_REASON, TokenState.POISONED)] * 2
     assert all(letter.replayable for letter in letters)
-    results = bus.dead_letters("ticks").replay()
+    results = bus.poisoned("ticks").replay()
     assert sorted(results.values()) == [ReplayResult.REPLAYED] * 2
     drain(bus)
     assert sorted(seen) == [0, 1]
-    assert bus.dead_letters("ticks").entries() == []
+    assert bus.poisoned("ticks").entries() == []
 
 
 def test_adopted_entries_are_the_bus_s_own(storage: Storage, prefix: str) -> None:
     bus, _ = build(storage, prefix)
     host_moves_a_bundle(bus, 3)
-    assert bus.dead_letters("ticks").adopt() == 3
-    assert bus.dead_letters("ticks").adopt() == 0  # nothing left of the host's
+    assert bus.poisoned("ticks").adopt() == 3
+    assert bus.poisoned("ticks").adopt() == 0  # nothing left of the host's
     leased = bus.storage.queues.receive(bus.names.poison_queue("ticks"), max_messages=32,
                                         lease=30)
     entries = [PoisonEntry.decode(m.body) for m in leased]  # the bus's format, no expiry

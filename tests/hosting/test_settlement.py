@@ -85,4 +85,4 @@ def test_storage_errors_never_poison_on_the_polling_worker(
     outage["on"] = False
     assert worker.poll_once() == 1
     assert worker.outcomes == {"processed": 1} and done[-1] == 7
-    assert bus.dead_letters("jobs").entries() == []
+    assert bus.poisoned("jobs").entries() == []

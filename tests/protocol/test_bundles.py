@@ -127,7 +127,7 @@ def test_a_bad_part_is_poisoned_alone(storage: Storage, prefix: str, batched: bo
                                                                        texts[1]]))
     drained = drain(bus, ["counter"], batched=batched, fail_fast=False)
     assert drained.total() == {"processed": 2, "poisoned": 1}
-    [letter] = bus.dead_letters("counter").entries()
+    [letter] = bus.poisoned("counter").entries()
     assert "envelope is invalid" in letter.entry.reason
     assert json.loads(base64.b64decode(letter.entry.original_body)) == json.loads(garbage)
     assert [count(bus, k) for k in "ab"] == [1, 1]

@@ -1,5 +1,5 @@
 """Whatever bytes a queue holds, the bus ends with the message processed, dropped as a copy of
-a consumed one, or poisoned with a reason - and no host loop or dead-letter tool raises. Hostile
+a consumed one, or poisoned with a reason - and no host loop or poison-queue tool raises. Hostile
 and malformed input generated with hypothesis: arbitrary bytes, and valid envelopes and bundles
 with one field replaced by something hostile (deep nesting, integers of thousands of digits,
 lone surrogates, bad base64, oversized strings, references to blobs of others, bundles of
@@ -165,7 +165,7 @@ def test_with_signatures_required_anything_is_processed_once_signed_or_poisoned(
                                     in_process_tries=1).deliver(raw, 1)
             outcomes = {part.outcome.value for part in delivery.parts or [delivery]}
         assert outcomes <= ENDS | {"scheduled"}, outcomes
-        letters = bus.dead_letters("desk").entries()
+        letters = bus.poisoned("desk").entries()
         assert all(letter.entry.reason for letter in letters)
         if seen:  # a handler ran only for the signed message, each field as it was signed
             # (what the signature does not cover: the transport's deliveries, unknown fields)
@@ -183,7 +183,7 @@ def with_token(bus: Bus) -> None:
 
 
 ENDS = {Outcome.PROCESSED.value, Outcome.DUPLICATE.value, Outcome.POISONED.value,
-        Outcome.EXPIRED.value, "parked", "fenced", "deferred"}
+        Outcome.EXPIRED.value, Outcome.ALREADY_POISONED.value, "fenced", "deferred"}
 POISON_ENDS = (Outcome.POISONED, Outcome.EXPIRED)  # each leaves a poison entry
 
 
@@ -212,10 +212,10 @@ def test_the_polling_worker_processes_or_poisons_anything(raw: bytes) -> None:
     assert bus.storage.queues.depth(bus.names.queue("desk")) == scheduled
     if scheduled:
         assert bus.parts.inbox.read("desk", "a1") is not None
-    letters = bus.dead_letters("desk").entries()
+    letters = bus.poisoned("desk").entries()
     assert len(letters) >= sum(drained.total().get(end.value, 0) for end in POISON_ENDS)
     assert all(letter.entry.reason for letter in letters)
-    bus.dead_letters("desk").replay()  # the tools never fail on an entry
+    bus.poisoned("desk").replay()  # the tools never fail on an entry
     assert bus.storage.blobs.list(bus.names.topic_container) == []
 
 
@@ -230,7 +230,7 @@ def test_the_functions_trigger_processes_or_poisons_anything(raw: bytes) -> None
     delivery = trigger.deliver(raw, 1)  # returns: the host deletes the message
     outcomes = [part.outcome for part in delivery.parts] or [delivery.outcome]
     assert {o.value for o in outcomes} <= ENDS | {"scheduled"}
-    letters = bus.dead_letters("desk").entries()
+    letters = bus.poisoned("desk").entries()
     assert len(letters) >= sum(o in POISON_ENDS for o in outcomes)
 
 
@@ -279,7 +279,7 @@ def test_a_claim_check_over_the_limit_is_poisoned_unread() -> None:
     bus.storage.queues.send(bus.names.queue("desk"),
                             base64.b64encode(document(fields)).decode())
     assert drain(bus, fail_fast=False).total() == {Outcome.POISONED.value: 1} and seen == []
-    [letter] = bus.dead_letters("desk").entries()
+    [letter] = bus.poisoned("desk").entries()
     assert "holds more than 1000 bytes" in letter.entry.reason
     with pytest.raises(PayloadError, match="over the limit of 1000"):
         bus.send(Note(key="k" * 70_000), to="desk")
@@ -298,7 +298,7 @@ def test_a_bundle_part_is_poisoned_with_its_exact_bytes() -> None:
     bus.storage.queues.send(bus.names.queue("desk"), base64.b64encode(
         b'{"bus":1,"bundle":[' + good + b" , " + part + b"]}").decode())
     drain(bus, fail_fast=False)
-    [letter] = bus.dead_letters("desk").entries()
+    [letter] = bus.poisoned("desk").entries()
     assert base64.b64decode(letter.entry.original_body) == part
 
 
@@ -316,10 +316,10 @@ def test_a_reference_to_another_blob_is_poisoned_and_never_touched(blob: str) ->
                             base64.b64encode(document(fields)).decode())
     drained = drain(bus, fail_fast=False)
     assert drained.total() == {Outcome.POISONED.value: 1} and seen == []
-    [letter] = bus.dead_letters("desk").entries()
+    [letter] = bus.poisoned("desk").entries()
     assert letter.entry.reason.startswith(f"payload reference {container}/{blob} is not this "
                                           "message's claim check")
-    assert bus.dead_letters("desk").purge() == [letter.id]
+    assert bus.poisoned("desk").purge() == [letter.id]
     assert bus.storage.blobs.read(container, blob).data == b'{"key": "k"}'  # still there
 
 
@@ -333,7 +333,7 @@ def test_a_long_correlation_id_is_poisoned_before_it_blocks_anything() -> None:
     bus.storage.queues.send(bus.names.queue("desk"),
                             base64.b64encode(document(fields)).decode())
     assert drain(bus, fail_fast=False).total() == {Outcome.POISONED.value: 1} and seen == []
-    [letter] = bus.dead_letters("desk").entries()
+    [letter] = bus.poisoned("desk").entries()
     assert "correlation_id" in letter.entry.reason
 
 
@@ -342,12 +342,12 @@ def test_a_bundle_of_thousands_of_parts_is_one_poison_entry() -> None:
     bus.storage.queues.send(bus.names.queue("desk"),
                             base64.b64encode(bundle_body(10_000, b"{}")).decode())
     assert drain(bus, fail_fast=False).total() == {Outcome.POISONED.value: 1}
-    [letter] = bus.dead_letters("desk").entries()
+    [letter] = bus.poisoned("desk").entries()
     assert letter.entry.reason.startswith("a bundle this bus does not take apart")
 
 
 def test_replay_refuses_an_entry_whose_body_is_another_message() -> None:
-    """A forged entry pairing this message's envelope (its token is unparked by a replay)
+    """A forged entry pairing this message's envelope (its token is revived by a replay)
     with another message's body: refused, kept for purging."""
     bus, seen = build()
     first = bus.send(Note(key="a"))
@@ -358,7 +358,7 @@ def test_replay_refuses_an_entry_whose_body_is_another_message() -> None:
     bus.parts.inbox.create("desk", "a2", "m2", bus.parts.clock())
     envelope = parse_envelope(document({**other, "message_id": '"m2"', "attempt_id": '"a2"'}))
     poison.put(body, reason="forged", dequeue_count=1, now=bus.parts.clock(), envelope=envelope)
-    results = bus.dead_letters("desk").replay()
+    results = bus.poisoned("desk").replay()
     assert list(results.values()) == ["mismatched"]
     assert seen == ["a"] and first
 
@@ -376,13 +376,13 @@ def test_a_topic_file_naming_no_endpoint_is_refused_with_the_reason() -> None:
         bus.publish(Happened(key="k"))
 
 
-def test_the_dead_letter_tools_survive_a_hostile_poison_queue() -> None:
+def test_the_poison_queue_tools_survive_a_hostile_poison_queue() -> None:
     bus, _ = build()
     poison = bus.names.poison_queue("desk")
     for raw in (b"[" * 5_000 + b"]" * 5_000, b'{"v": 1, "reason": ' + b"1" * 5_000 + b"}"):
         bus.storage.queues.send(poison, base64.b64encode(raw).decode())
     bus.storage.queues.send(poison, "not base64!")
-    dead = bus.dead_letters("desk")
+    dead = bus.poisoned("desk")
     letters = dead.entries()
     assert len(letters) == 3 and all(letter.entry.reason for letter in letters)
     assert set(dead.replay().values()) == {"not a message"}

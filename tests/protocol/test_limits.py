@@ -67,7 +67,7 @@ def test_a_large_message_poisoned_fits_the_poison_queue_and_replays_once(
     [entry] = bus.storage.queues.receive(poison, max_messages=1, lease=30)
     bus.storage.queues.extend(poison, entry, lease=0)
     assert len(entry.body) <= bus.storage.queues.limits.queue_message_chars
-    dead = bus.dead_letters("notes")
+    dead = bus.poisoned("notes")
     assert list(dead.replay().values()) == ["replayed"]
     drain(bus)
     assert seen == ["rejected", "k"]
@@ -120,7 +120,7 @@ def test_a_poison_entry_pointing_outside_its_place_is_never_followed(
              "entry_ref": {"container": container, "blob": "orders.json"}}
     body = base64.b64encode(json.dumps(entry).encode()).decode()
     bus.storage.queues.send(bus.names.poison_queue("notes"), body)
-    dead = bus.dead_letters("notes")
+    dead = bus.poisoned("notes")
     [letter] = dead.entries()
     assert "where this bus keeps no poison entries: not read" in letter.entry.reason
     assert dead.purge() == [letter.id]

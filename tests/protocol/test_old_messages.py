@@ -1,6 +1,6 @@
 """No message is dropped for its age: a send scheduled beyond the orphan age, and a message
 whose signal waited in a backlog longer than it, are processed when their signal arrives -
-the sweeper's orphan rule only parks a token no signal came for, and a signal that does come
+the sweeper's orphan rule only poisons a token no signal came for, and a signal that does come
 after all revives it (in-memory backend: the clock moves by days)."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def test_a_send_scheduled_beyond_the_orphan_age_is_processed_when_due() -> None:
     while worker.poll_once():
         pass
     assert reminded == ["in-ten-days"]
-    assert bus.dead_letters("desk").entries() == []  # never presumed an orphan
+    assert bus.poisoned("desk").entries() == []  # never presumed an orphan
 
 
 def test_a_signal_stuck_longer_than_the_orphan_age_is_still_processed() -> None:
@@ -62,7 +62,7 @@ def test_a_signal_stuck_longer_than_the_orphan_age_is_still_processed() -> None:
     while worker.poll_once():
         pass
     assert reminded == ["backlog"]  # the signal came after all
-    [letter] = bus.dead_letters("desk").entries()
+    [letter] = bus.poisoned("desk").entries()
     assert not letter.replayable  # its entry is stale now: the message was processed
 
 
@@ -73,7 +73,7 @@ class Wait(Command):
 def test_a_released_deferral_whose_signal_was_lost_is_never_presumed_an_orphan() -> None:
     """A release makes the token live and then sends its signal; a crash between the two
     leaves the signal to the sweeper, which re-sends it from the token. Before, the re-send
-    stopped at the orphan age and the token was then parked as a presumed orphan: with no
+    stopped at the orphan age and the token was then poisoned as a presumed orphan: with no
     signal to come, the message was lost (the simulation found it, with a short orphan age)."""
     clock = _Clock()
     desk = Endpoint("desk")
@@ -99,4 +99,4 @@ def test_a_released_deferral_whose_signal_was_lost_is_never_presumed_an_orphan()
     while worker.poll_once():
         pass
     assert runs == [0, 1]
-    assert bus.dead_letters("desk").entries() == []
+    assert bus.poisoned("desk").entries() == []

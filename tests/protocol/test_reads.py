@@ -144,7 +144,7 @@ def test_bad_reads_poison_the_message(storage: Storage, prefix: str, reads: list
     bus = build(storage, prefix)
     bus.send(Deposit(account="a", amount=5, reads=reads))
     drain(bus, fail_fast=False)
-    (letter,) = bus.dead_letters("bank").entries()
+    (letter,) = bus.poisoned("bank").entries()
     assert reason in letter.entry.reason
     assert balance(bus, "a") == 0
 

@@ -20,7 +20,7 @@ from tests.support.orderflow import Flaky, OrderPlaced, PlaceOrder, build, state
 
 def leftovers(bus: Bus) -> list[str]:
     tokens = [f"token {t.endpoint}/{t.attempt_id}" for t in bus.parts.inbox.all()
-              if t.state is not TokenState.PARKED]
+              if t.state is not TokenState.POISONED]
     return tokens + [f"payload {r.blob}" for r in bus.parts.payloads.refs()]
 
 
@@ -95,8 +95,8 @@ def test_unknown_type_and_invalid_payload_are_poisoned(storage: Storage, prefix:
     assert [e.reason.split(" ")[0] for e in entries] == ["PlaceOrder", "unknown"]
     assert "failed validation" in entries[0].reason
     assert "unknown message type 'CancelOrder'" in entries[1].reason
-    parked = sorted(t.attempt_id for t in bus.parts.inbox.all() if t.state is TokenState.PARKED)
-    assert parked == ["a1", "a2"]
+    poisoned = sorted(t.attempt_id for t in bus.parts.inbox.all() if t.state is TokenState.POISONED)
+    assert poisoned == ["a1", "a2"]
 
 
 def test_failing_handler_is_retried_then_poisoned_with_the_exception(storage: Storage,

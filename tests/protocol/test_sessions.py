@@ -17,7 +17,7 @@ from bus import Bus, Command, Context, Endpoint, Settings, StateError
 from bus.envelope import Envelope
 from bus.hosting.maintenance import maintenance_pass
 from bus.operations.cli import main
-from bus.protocol.poison.deadletters import ReplayResult
+from bus.protocol.poison.poisoned import ReplayResult
 from bus.protocol.sessions.order import Gaps, SessionRow, SetAside, Waiting, plan
 from bus.retry import Reject
 from bus.seams import Seams
@@ -165,8 +165,8 @@ def test_a_gap_blocks_the_session_until_the_missing_message_is_replayed(
     [listed] = shop.bus.sessions("s").list()
     assert listed.session == "o1"
     shop.refuse.clear()
-    [letter] = shop.bus.dead_letters("s").entries()
-    assert shop.bus.dead_letters("s").replay({letter.id}) == {letter.id: ReplayResult.REPLAYED}
+    [letter] = shop.bus.poisoned("s").entries()
+    assert shop.bus.poisoned("s").replay({letter.id}) == {letter.id: ReplayResult.REPLAYED}
     drain(shop.bus)
     assert shop.steps("o1") == [0, 1, 2, 3]
     assert shop.session("o1")["status"] == "open"
@@ -189,15 +189,15 @@ def test_with_skipping_a_gap_older_than_the_window_is_skipped_and_reported(
     assert info is not None
     [gap] = info.row.gaps
     assert (gap.first, gap.last, gap.by) == (2, 2, "window")
-    # The skipped message is accounted for in the dead-letter queue; replayed after the
+    # The skipped message is accounted for in the poison queue; replayed after the
     # skip, it is poisoned again with the reason instead of being handled out of order.
     shop.refuse.clear()
-    [letter] = shop.bus.dead_letters("s").entries()
+    [letter] = shop.bus.poisoned("s").entries()
     assert "step 1 refused" in letter.entry.reason
-    shop.bus.dead_letters("s").replay({letter.id})
+    shop.bus.poisoned("s").replay({letter.id})
     drain(shop.bus, fail_fast=False)
     assert shop.steps("o1") == [0, 2, 3]
-    [again] = shop.bus.dead_letters("s").entries()
+    [again] = shop.bus.poisoned("s").entries()
     assert "after session 'o1' had moved on to 5" in again.entry.reason
 
 
@@ -211,7 +211,7 @@ def test_session_state_and_close(storage: Storage, prefix: str) -> None:
     assert shop.steps("o1") == [0, 1]
     info = shop.bus.sessions("s").get("o1")
     assert info is not None and info.closed and info.row.state == {"seen": [0, 1]}
-    [letter] = shop.bus.dead_letters("s").entries()  # 2: after the close, never handled
+    [letter] = shop.bus.poisoned("s").entries()  # 2: after the close, never handled
     assert letter.entry.envelope is not None and letter.entry.envelope.sequence == 3
     assert "closed" in letter.entry.reason
     assert shop.bus.read_state("s", "o1", "total") == {"n": 2}
@@ -231,7 +231,7 @@ def test_an_operator_skips_and_closes_sessions(storage: Storage, prefix: str) ->
     assert shop.steps("o1") == [0, 2] and shop.steps("o2") == [10]
     info = sessions.get("o1")
     assert info is not None and [(g.first, g.by) for g in info.row.gaps] == [(2, "operator")]
-    reasons = sorted(letter.entry.reason for letter in shop.bus.dead_letters("s").entries())
+    reasons = sorted(letter.entry.reason for letter in shop.bus.poisoned("s").entries())
     assert len(reasons) == 3 and sum("closed" in reason for reason in reasons) == 1
     assert sessions.skip("nobody") == 0
 
@@ -375,7 +375,7 @@ def test_clients_of_one_name_share_their_stream_and_read_its_counter_once(
 def test_an_operator_skips_past_a_copy_released_in_its_turn_and_then_poisoned(
         storage: Storage, prefix: str) -> None:
     """Its entry stays in the waiting list (a poisoned copy commits nothing); the skip drops
-    it instead of releasing it again (which does nothing to a parked token) and moves on."""
+    it instead of releasing it again (which does nothing to a poisoned token) and moves on."""
     shop = Shop(storage, prefix, refuse={2})
     shop.bus.send(Step(order="o1", n=0), delay=1.0)
     for n in range(1, 4):

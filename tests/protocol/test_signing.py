@@ -21,7 +21,7 @@ from bus.hosting.functions.config import AppConfig
 from bus.integrations.spark.options import OptionError, connection_from
 from bus.integrations.spark.reader import Drainer, staged_rows, subscribe
 from bus.integrations.spark.staging import Staging
-from bus.protocol.poison.deadletters import ReplayResult
+from bus.protocol.poison.poisoned import ReplayResult
 from bus.protocol.records import OutboxRecord
 from bus.protocol.tokens.inbox import TokenState
 from bus.settings import Settings
@@ -91,7 +91,7 @@ def put(bus: Bus, document: dict[str, Any], endpoint: str = "desk") -> None:
 
 
 def reasons(bus: Bus, endpoint: str = "desk") -> list[str]:
-    return [letter.entry.reason for letter in bus.dead_letters(endpoint).entries()]
+    return [letter.entry.reason for letter in bus.poisoned(endpoint).entries()]
 
 
 # -- signed round trips ------------------------------------------------------------------------
@@ -237,13 +237,13 @@ def test_a_poisoned_copy_is_replayed_once_after_the_keys_are_fixed(storage: Stor
     sender.send(Ping(key="a"))
     missing_key, _ = app(storage, prefix, signing(sign_with="k0", k0=K0))
     assert drain(missing_key, fail_fast=False).total() == {"poisoned": 1}
-    [letter] = missing_key.dead_letters("desk").entries()
+    [letter] = missing_key.poisoned("desk").entries()
     assert letter.entry.reason == "unknown signing key id 'k1'"
-    assert letter.token is TokenState.LIVE  # an unverified copy does not park its token
+    assert letter.token is TokenState.LIVE  # an unverified copy does not poison its token
     fixed, seen = app(storage, prefix, signing(sign_with="k0", k0=K0, k1=K1))
-    assert fixed.dead_letters("desk").replay() == {letter.id: ReplayResult.RESENT}
+    assert fixed.poisoned("desk").replay() == {letter.id: ReplayResult.RESENT}
     assert drain(fixed).total() == {"processed": 2}
-    assert fixed.dead_letters("desk").replay() == {}
+    assert fixed.poisoned("desk").replay() == {}
     assert seen == ["desk:a", "log:a"]
 
 
@@ -277,7 +277,7 @@ def test_the_spark_reader_takes_signed_copies_and_poisons_the_others() -> None:
     [entry] = bus.storage.queues.receive(bus.names.poison_queue("sink"), max_messages=2,
                                          lease=0)
     assert bus.parts.poison_queue("sink").read(entry.body).reason == "bad signature (key 'k1')"
-    assert {t.state for t in bus.parts.inbox.all("sink")} == {TokenState.LIVE}  # "bad": not parked
+    assert {t.state for t in bus.parts.inbox.all("sink")} == {TokenState.LIVE}  # "bad", token live
 
 
 def test_spark_options_carry_the_keys() -> None:

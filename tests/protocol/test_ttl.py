@@ -1,5 +1,5 @@
 """Time-to-live (``ttl=``, the envelope's ``expires_at``): a copy that arrives after it is
-poisoned as expired before its handler runs, its token parked, once per message; a duplicate
+poisoned as expired before its handler runs, its token poisoned, once per message; a duplicate
 of a processed message stays a duplicate; the signature covers the field only when it is set;
 a replay can drop the expiry. On the in-memory backend and Azurite, with a clock the tests
 move (scheduled deliveries on the in-memory backend, whose queues follow that clock)."""
@@ -23,7 +23,7 @@ from bus.adapters.memory import Fault
 from bus.envelope import carried_deliveries, parse_envelope, with_deliveries
 from bus.hosting.worker import Worker
 from bus.operations.cli import main
-from bus.protocol.poison.deadletters import ReplayResult
+from bus.protocol.poison.poisoned import ReplayResult
 from bus.protocol.tokens.inbox import TokenState
 from bus.seams import Seams
 from bus.settings import Settings
@@ -132,10 +132,10 @@ def test_an_expired_command_is_poisoned_and_its_handler_never_runs(storage: Stor
     clock.t += 30
     assert drain(bus, fail_fast=False).total() == {"expired": 1}
     assert seen == [] and bus.read_state("desk", "late", "reminded") is None
-    [letter] = bus.dead_letters("desk").entries()
+    [letter] = bus.poisoned("desk").entries()
     assert letter.entry.reason == (f"expired: its time-to-live ended at {at(START + 30)} "
                                    f"(received at {at(START + 30)})")
-    assert letter.token is TokenState.PARKED and letter.replayable
+    assert letter.token is TokenState.POISONED and letter.replayable
 
 
 def test_an_expired_copy_is_poisoned_before_its_payload_is_read(storage: Storage,
@@ -159,7 +159,7 @@ def test_an_unexpired_command_is_handled(storage: Storage, prefix: str) -> None:
     bus.send(Remind(ref="soon"), ttl=timedelta(seconds=30))
     clock.t += 29.9
     assert drain(bus).total() == {"processed": 1}
-    assert seen == ["desk:soon"] and bus.dead_letters("desk").entries() == []
+    assert seen == ["desk:soon"] and bus.poisoned("desk").entries() == []
 
 
 @pytest.mark.parametrize(("expires_at", "shown"), [
@@ -273,7 +273,7 @@ def test_an_event_published_with_a_ttl_expires_at_each_subscriber(storage: Stora
     assert drained["audit"] == drained["mail"] == {"expired": 1, "processed": 1}
     assert sorted(seen) == ["audit:kept", "mail:kept"]
     for endpoint in ("audit", "mail"):
-        [letter] = bus.dead_letters(endpoint).entries()
+        [letter] = bus.poisoned(endpoint).entries()
         assert letter.entry.envelope is not None and letter.entry.envelope.destination == endpoint
         assert letter.entry.reason.startswith(f"expired: its time-to-live ended at "
                                               f"{at(START + 10)}")
@@ -291,7 +291,7 @@ def test_a_duplicate_of_a_processed_message_that_expired_since_is_dropped(
     clock.t += 31
     put(bus, copy)  # a late copy of it (a sender's retry, a redelivery)
     assert drain(bus, fail_fast=False).total() == {"duplicate": 1}
-    assert seen == ["desk:once"] and bus.dead_letters("desk").entries() == []
+    assert seen == ["desk:once"] and bus.poisoned("desk").entries() == []
 
 
 def test_copies_of_an_expired_message_make_one_poison_entry(storage: Storage,
@@ -303,7 +303,7 @@ def test_copies_of_an_expired_message_make_one_poison_entry(storage: Storage,
     put(bus, copy)
     put(bus, copy)
     clock.t += 31
-    assert drain(bus, fail_fast=False).total() == {"expired": 1, "parked": 1}
+    assert drain(bus, fail_fast=False).total() == {"expired": 1, "already_poisoned": 1}
     assert len(reasons(bus)) == 1 and seen == []
 
 
@@ -319,7 +319,7 @@ def test_a_message_that_expires_while_deferred_is_poisoned_when_released(
     assert deferred.release(waiting) is True and deferred.release(kept) is True
     assert drain(bus, fail_fast=False).total() == {"expired": 1, "processed": 1}
     assert seen == ["desk:wait-2"]
-    [letter] = bus.dead_letters("desk").entries()
+    [letter] = bus.poisoned("desk").entries()
     assert letter.entry.reason.startswith(f"expired: its time-to-live ended at "
                                           f"{at(START + 60)}")
     assert letter.entry.envelope is not None and letter.entry.envelope.message_id == waiting
@@ -334,7 +334,7 @@ def test_a_replayed_expired_message_expires_again_unless_its_expiry_is_dropped(
     bus.send(Remind(ref="old"), ttl=30)
     clock.t += 31
     assert drain(bus, fail_fast=False).total() == {"expired": 1}
-    letters = bus.dead_letters("desk")
+    letters = bus.poisoned("desk")
     [first] = letters.entries()
     assert letters.replay() == {first.id: ReplayResult.REPLAYED}
     assert drain(bus, fail_fast=False).total() == {"expired": 1}  # as sent: it expires again
@@ -359,7 +359,7 @@ def test_the_dlq_commands_list_expired_messages_and_replay_them_without_expiry(
     assert listed.exit_code == 0, listed.output
     [row] = [json.loads(line) for line in listed.output.splitlines()]
     assert row["reason"].startswith("expired: its time-to-live ended at")
-    assert row["expires_at"] == "2030-03-17T17:47:10+00:00" and row["token"] == "parked"
+    assert row["expires_at"] == "2030-03-17T17:47:10+00:00" and row["token"] == "poisoned"
     replayed = runner.invoke(main, ["dlq", "replay", "desk", "--all", "--drop-expiry", *app])
     assert replayed.exit_code == 0 and f"{row['id']}  replayed" in replayed.output
     assert drain(bus).total() == {"processed": 1} and seen == ["desk:cli"]

@@ -119,7 +119,7 @@ def test_a_poison_entry_of_a_newer_version_is_listed_with_the_reason(
              "poisoned_at": "2026-11-23T00:00:00Z", "original_body": "eA=="}
     body = base64.b64encode(json.dumps(entry).encode()).decode()
     bus.storage.queues.send(bus.names.poison_queue("counter"), body)
-    [letter] = bus.dead_letters("counter").entries()
+    [letter] = bus.poisoned("counter").entries()
     assert letter.entry.reason == ("a poison entry this bus cannot read: poison entry version "
                                    "3 is newer than this bus reads (1, 2): upgrade the bus "
                                    "package where it is read")

@@ -33,7 +33,7 @@ FAILING_SEED = {
     "forget-sent": 3,
     "keep-failed-reads": 5,
     "mark-apart": 7,
-    "parked-ends-deferral": 59,
+    "poisoned-ends-deferral": 59,
     "payload-before-token": 82,
     "release-any-deferral": 30,
     "release-before-commit": 196,

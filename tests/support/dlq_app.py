@@ -1,4 +1,4 @@
-"""A small app for the dead-letter tests: a handler that fails while ``FAILING`` is set.
+"""A small app for the poison-queue tests: a handler that fails while ``FAILING`` is set.
 
 The CLI test imports it the way ``python -m bus dlq --app tests.support.dlq_app`` does; it reads the
 storage connection and prefix from the environment, as a Functions app does.

@@ -18,7 +18,7 @@ def _token(state: TokenState) -> Token:
     (TokenState.PENDING, Verdict.PROCESS, None),
     (None, Verdict.CONSUMED, Outcome.DUPLICATE),
     (TokenState.FENCED, Verdict.FENCED, Outcome.DUPLICATE),
-    (TokenState.PARKED, Verdict.PARKED, Outcome.PARKED),
+    (TokenState.POISONED, Verdict.POISONED, Outcome.ALREADY_POISONED),
     (TokenState.DEFERRED, Verdict.DEFERRED, Outcome.DUPLICATE),
 ])
 def test_every_token_state_has_one_verdict(state: TokenState | None, expected: Verdict,

@@ -17,7 +17,7 @@ host's dequeue count. With ``max`` the max delivery count (``maxDequeueCount``):
   after a pause longer than the host's retry delay, for storage that is away for a while;
 * at ``max`` (the copy's first delivery, or the host's last of the original): poison it the
   way the receiver poisons a failing handler (``Receiver.give_up``: the reason, the last
-  error, its token parked), so ``python -m bus dlq`` lists and replays it, and return.
+  error, its token poisoned), so ``python -m bus dlq`` lists and replays it, and return.
 
 Nothing cycles: the count only grows, across copies too. Why the copy is put back one
 delivery early: when the host's delete of the original fails after the function returned,
@@ -26,9 +26,9 @@ delivery, it would come back over ``maxDequeueCount`` and the host would poison 
 invoking the function - a spurious entry while the copy is live. Put back on the
 second-to-last, it comes back on the last and is invoked: a duplicate once the copy was
 processed, processed if it comes first (the copy is then a duplicate), and poisoned with the
-reason if storage still fails (the copy then finds its token parked). One entry at most;
+reason if storage still fails (the copy then finds its token poisoned). One entry at most;
 only a second failed delete in a row brings the original back over the limit, and that
-entry is then stale (token gone) or a second one of a parked message - harmless to replay.
+entry is then stale (token gone) or a second one of a poisoned message - harmless to replay.
 
 Handler failures are counted the same way (the receiver gets the delivery count, not the
 dequeue count), so a copy's handler is retried only for the deliveries left.

@@ -8,11 +8,11 @@ message copy may be taken only while its inbox token is live (docs/protocol.md).
    (``bus.protocol.receive.admission``, with this reader's routing): a signature that does not
    hold - poison queue, token untouched; garbage, a wrong destination, a payload that is not the
    expected contract, a claim check outside the bus's container - poison queue with the
-   reason, token parked; a time-to-live that ended - poisoned as expired; a scheduled copy
-   that arrived early - back on the queue until due. What an endpoint would dead-letter, a
-   Spark read dead-letters;
+   reason, token poisoned; a time-to-live that ended - poisoned as expired; a scheduled copy
+   that arrived early - back on the queue until due. What an endpoint would poison, a
+   Spark read poisons;
 2. read the admitted copies' tokens in one request: gone or fenced - a duplicate, delete it;
-   parked - already in the poison queue; live - take it;
+   poisoned - already in the poison queue; live - take it;
 3. stage the taken messages under the batch's key (row key: the attempt id, so a copy staged
    twice is one row);
 4. settle them: consume the token, delete the claim-check blob and the queue message (a
@@ -206,14 +206,14 @@ class Drainer:
             item = Incoming(part.body, part.dequeue_count, ack=functools.partial(self._delete,
                                                                                  part))
             # Retried whole on a transient error: a poisoning run twice finds the token it
-            # parked and drops the copy; a copy put back twice is one message to its token.
+            # poisoned and drops the copy; a copy put back twice is one message to its token.
             envelope = self._staging.retried(self._admission.authenticate, item,
                                              self._admission.decode(item))
             if isinstance(envelope, Outcome):
                 continue  # poisoned, and settled
             if envelope.attempt_id in seen:
                 # Taken by this read already, its token live until the read commits: not
-                # screened again (an expired copy of it must not park that token).
+                # screened again (an expired copy of it must not poison that token).
                 extra.append(part)
                 continue
             opened = self._staging.retried(self._admission.screen, item, envelope)

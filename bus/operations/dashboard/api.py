@@ -19,7 +19,7 @@ from fastapi import APIRouter, HTTPException, Query
 
 from bus.operations.dashboard import models
 from bus.operations.dashboard.monitor import Monitor
-from bus.protocol.poison.deadletters import DeadLetter
+from bus.protocol.poison.poisoned import PoisonedMessage
 
 
 def router(monitor: Monitor, settings: models.Settings) -> APIRouter:
@@ -33,7 +33,7 @@ def router(monitor: Monitor, settings: models.Settings) -> APIRouter:
         return settings
 
     _endpoint_routes(api, monitor)
-    _failed_routes(api, monitor)
+    _poisoned_routes(api, monitor)
     _waiting_routes(api, monitor)
     return api
 
@@ -62,22 +62,22 @@ def _endpoint_routes(api: APIRouter, monitor: Monitor) -> None:
         return _pause_result(monitor, endpoint)
 
 
-def _failed_routes(api: APIRouter, monitor: Monitor) -> None:
-    @api.get("/failed", tags=["failed"])
-    def failed() -> models.Failed:
+def _poisoned_routes(api: APIRouter, monitor: Monitor) -> None:
+    @api.get("/poisoned", tags=["poisoned"])
+    def poisoned() -> models.Poisoned:
         """Poison entries of every endpoint grouped by (endpoint, message type, exception
         type), largest group first."""
-        groups: dict[tuple[str, str | None, str | None], list[DeadLetter]] = defaultdict(list)
+        groups: dict[tuple[str, str | None, str | None], list[PoisonedMessage]] = defaultdict(list)
         errors: dict[str, str] = {}
         for name in monitor.endpoints:
-            reading = monitor.letters(name)
+            reading = monitor.poisoned(name)
             if reading.error is not None:
                 errors[name] = reading.error
             for letter in reading.value or []:
                 envelope = letter.entry.envelope
                 groups[(name, envelope.message_type if envelope else None,
                         _exception_type(letter.entry.exception))].append(letter)
-        out = [models.FailedGroup(
+        out = [models.PoisonedGroup(
             endpoint=endpoint, message_type=message_type, exception_type=exception_type,
             count=len(letters), first_seen=min(_seen(x) for x in letters),
             last_seen=max(_seen(x) for x in letters), ids=[x.id for x in letters],
@@ -85,20 +85,20 @@ def _failed_routes(api: APIRouter, monitor: Monitor) -> None:
             for (endpoint, message_type, exception_type), letters in groups.items()]
         out.sort(key=lambda g: (-g.count, g.endpoint, g.message_type or "",
                                 g.exception_type or ""))
-        return models.Failed(groups=out, errors=errors)
+        return models.Poisoned(groups=out, errors=errors)
 
-    @api.get("/failed/{endpoint}/{entry_id}", tags=["failed"])
-    def failed_entry(endpoint: str, entry_id: str) -> models.FailedDetail:
+    @api.get("/poisoned/{endpoint}/{entry_id}", tags=["poisoned"])
+    def poisoned_entry(endpoint: str, entry_id: str) -> models.PoisonedDetail:
         """One poison entry in full: envelope, headers, payload text, reason, exception,
         delivery count, the message's token."""
         monitor.check(endpoint)
-        for letter in monitor.letters(endpoint).value or []:
+        for letter in monitor.poisoned(endpoint).value or []:
             if letter.id == entry_id:
                 return _detail(monitor, endpoint, letter)
         raise HTTPException(404, f"no entry {entry_id!r} in the poison queue of {endpoint!r} "
                                  "(replayed or purged since?)")
 
-    @api.post("/failed/{endpoint}/replay", tags=["failed"])
+    @api.post("/poisoned/{endpoint}/replay", tags=["poisoned"])
     def replay(endpoint: str, selection: models.ReplaySelection) -> models.ReplayResult:
         """Replay the named entries exactly once, as ``python -m bus dlq replay`` does."""
         ids = _checked(selection)
@@ -108,9 +108,9 @@ def _failed_routes(api: APIRouter, monitor: Monitor) -> None:
             replayed=sum(v.value in ("replayed", "resent") for v in results.values()),
             missing=sorted(ids - set(results)))
 
-    @api.post("/failed/{endpoint}/purge", tags=["failed"])
+    @api.post("/poisoned/{endpoint}/purge", tags=["poisoned"])
     def purge(endpoint: str, selection: models.Selection) -> models.PurgeResult:
-        """Delete the named entries for good, with their parked tokens and payloads, as
+        """Delete the named entries for good, with their poisoned tokens and payloads, as
         ``python -m bus dlq purge`` does."""
         ids = _checked(selection)
         purged = monitor.purge(monitor.check(endpoint), ids)
@@ -158,7 +158,7 @@ def _waiting_routes(api: APIRouter, monitor: Monitor) -> None:
 
     @api.post("/sessions/{endpoint}/{session}/close", tags=["waiting"])
     def close(endpoint: str, session: str) -> models.SessionResult:
-        """Close the session: its waiting and later messages go to the dead-letter queue."""
+        """Close the session: its waiting and later messages go to the poison queue."""
         released = monitor.close(monitor.check(endpoint), session)
         return models.SessionResult(endpoint=endpoint, session=session, released=released)
 
@@ -180,7 +180,7 @@ def _waiting_routes(api: APIRouter, monitor: Monitor) -> None:
 def _endpoint_row(monitor: Monitor, name: str, period: float) -> models.EndpointRow:
     readings: dict[str, Any] = {
         "depth": monitor.depth(name), "oldest": monitor.oldest(name),
-        "poison": monitor.letters(name),
+        "poison": monitor.poisoned(name),
         "paused": monitor.paused(name), "deferred": monitor.deferred_count(name),
         "scheduled": monitor.scheduled_count(name), "stats": monitor.stats(name, period)}
     errors = {field: r.error for field, r in readings.items() if r.error is not None}
@@ -234,23 +234,23 @@ def _exception_type(exception: str | None) -> str | None:
     return head if head and " " not in head else None
 
 
-def _seen(letter: DeadLetter) -> float:
+def _seen(letter: PoisonedMessage) -> float:
     return letter.entry.poisoned_at.timestamp()
 
 
-def _entry(letter: DeadLetter) -> models.FailedEntry:
+def _entry(letter: PoisonedMessage) -> models.PoisonedEntry:
     envelope = letter.entry.envelope
-    return models.FailedEntry(
+    return models.PoisonedEntry(
         id=letter.id, message_id=envelope.message_id if envelope else None,
         poisoned_at=_seen(letter), reason=letter.entry.reason,
         token=letter.token.value if letter.token else "gone", replayable=letter.replayable)
 
 
-def _detail(monitor: Monitor, endpoint: str, letter: DeadLetter) -> models.FailedDetail:
+def _detail(monitor: Monitor, endpoint: str, letter: PoisonedMessage) -> models.PoisonedDetail:
     entry = letter.entry
     envelope = entry.envelope
     text, note = _payload_text(monitor, letter)
-    return models.FailedDetail(
+    return models.PoisonedDetail(
         endpoint=endpoint, id=letter.id, reason=entry.reason, exception=entry.exception,
         exception_type=_exception_type(entry.exception), dequeue_count=entry.dequeue_count,
         poisoned_at=_seen(letter), token=letter.token.value if letter.token else "gone",
@@ -263,7 +263,7 @@ def _detail(monitor: Monitor, endpoint: str, letter: DeadLetter) -> models.Faile
 _SHOWN_BYTES = 256 * 1024
 
 
-def _payload_text(monitor: Monitor, letter: DeadLetter) -> tuple[str | None, str | None]:
+def _payload_text(monitor: Monitor, letter: PoisonedMessage) -> tuple[str | None, str | None]:
     envelope = letter.entry.envelope
     if envelope is None:
         return None, "the entry holds no envelope (its body was never a message)"

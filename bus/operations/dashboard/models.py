@@ -83,17 +83,17 @@ class PauseResult(BaseModel):
     paused: PauseInfo | None
 
 
-class FailedEntry(BaseModel):
+class PoisonedEntry(BaseModel):
     id: str
     message_id: str | None
     poisoned_at: float
     reason: str
     token: str
-    """The message's inbox token: ``parked``, ``live``, ... or ``gone`` (processed or purged)."""
+    """The message's inbox token: ``poisoned``, ``live``, ... or ``gone`` (processed or purged)."""
     replayable: bool
 
 
-class FailedGroup(BaseModel):
+class PoisonedGroup(BaseModel):
     endpoint: str
     message_type: str | None
     exception_type: str | None
@@ -101,16 +101,16 @@ class FailedGroup(BaseModel):
     first_seen: float
     last_seen: float
     ids: list[str]
-    entries: list[FailedEntry]
+    entries: list[PoisonedEntry]
 
 
-class Failed(BaseModel):
-    groups: list[FailedGroup]
+class Poisoned(BaseModel):
+    groups: list[PoisonedGroup]
     errors: dict[str, str] = Field(default_factory=dict)
     """Endpoints whose poison queue could not be read: the error."""
 
 
-class FailedDetail(BaseModel):
+class PoisonedDetail(BaseModel):
     endpoint: str
     id: str
     reason: str
@@ -194,7 +194,7 @@ class SessionResult(BaseModel):
     endpoint: str
     session: str
     released: int
-    """Waiting messages released (past the gap, or to the dead-letter queue on close)."""
+    """Waiting messages released (past the gap, or to the poison queue on close)."""
 
 
 class ScheduledItem(BaseModel):

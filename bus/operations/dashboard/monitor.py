@@ -2,10 +2,10 @@
 the bus's own operations (the same calls ``python -m bus dlq|sessions`` makes).
 
 Readings the Endpoints page polls go through the shared ``Poller``. Reading a poison queue
-leases its entries for a moment (``DeadLetters.entries``), and a replay or purge that runs
-while another read holds them would not see them: every dead-letter operation of one endpoint
+leases its entries for a moment (``PoisonedMessages.entries``), and a replay or purge that runs
+while another read holds them would not see them: every poison-queue operation of one endpoint
 is therefore serialised in this process, and the entries read are cached like the depth, so
-the Failed messages page and the poison counts share one read per interval.
+the Poisoned messages page and the poison counts share one read per interval.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from bus.errors import ConfigurationError
 from bus.operations import conversation, overview
 from bus.operations.dashboard.poller import Poller, Reading
 from bus.protocol.outbox.deferral import DeferredMessage
-from bus.protocol.poison.deadletters import DeadLetter, ReplayResult
+from bus.protocol.poison.poisoned import PoisonedMessage, ReplayResult
 from bus.protocol.sessions.admin import SessionInfo, Sessions
 
 
@@ -56,10 +56,10 @@ class Monitor:
         return self.poller.get(("oldest", endpoint),
                                lambda: self.bus.storage.queues.oldest(queue))
 
-    def letters(self, endpoint: str) -> Reading[list[DeadLetter]]:
-        def read() -> list[DeadLetter]:
+    def poisoned(self, endpoint: str) -> Reading[list[PoisonedMessage]]:
+        def read() -> list[PoisonedMessage]:
             with self._locks[endpoint]:
-                return self.bus.dead_letters(endpoint).entries()
+                return self.bus.poisoned(endpoint).entries()
         return self.poller.get(("poison", endpoint), read)
 
     def paused(self, endpoint: str) -> Reading[Pause | None]:
@@ -99,14 +99,14 @@ class Monitor:
                drop_expiry: bool) -> dict[str, ReplayResult]:
         with self._locks[endpoint]:
             try:
-                return self.bus.dead_letters(endpoint).replay(ids, drop_expiry=drop_expiry)
+                return self.bus.poisoned(endpoint).replay(ids, drop_expiry=drop_expiry)
             finally:
                 self.poller.forget(("poison", endpoint), ("depth", endpoint), ("oldest", endpoint))
 
     def purge(self, endpoint: str, ids: set[str]) -> list[str]:
         with self._locks[endpoint]:
             try:
-                return self.bus.dead_letters(endpoint).purge(ids)
+                return self.bus.poisoned(endpoint).purge(ids)
             finally:
                 self.poller.forget(("poison", endpoint))
 

@@ -15,7 +15,7 @@ from fastapi.templating import Jinja2Templates
 HERE = Path(__file__).parent
 TEMPLATES = Jinja2Templates(directory=HERE / "templates")
 
-PAGES = (("endpoints", "/", "Endpoints"), ("failed", "/failed", "Failed messages"),
+PAGES = (("endpoints", "/", "Endpoints"), ("poisoned", "/poisoned", "Poisoned messages"),
          ("waiting", "/waiting", "Deferred, scheduled, sessions"),
          ("conversation", "/conversation", "Conversation"))
 
@@ -32,9 +32,9 @@ def router(*, title: str) -> APIRouter:
     def endpoints(request: Request) -> HTMLResponse:
         return render(request, "endpoints")
 
-    @pages.get("/failed", response_class=HTMLResponse)
-    def failed(request: Request) -> HTMLResponse:
-        return render(request, "failed")
+    @pages.get("/poisoned", response_class=HTMLResponse)
+    def poisoned(request: Request) -> HTMLResponse:
+        return render(request, "poisoned")
 
     @pages.get("/waiting", response_class=HTMLResponse)
     def waiting(request: Request) -> HTMLResponse:

@@ -1,17 +1,17 @@
-"""Poisoning a signal: a poison-queue entry with the reason, and its token parked.
+"""Poisoning a signal: a poison-queue entry with the reason, and its token poisoned.
 
 Four reasons, one rule each: the signal cannot be processed as it is (``bad``: it does not
 decode, is not for this endpoint, its payload is gone, its message does not validate), its
 time-to-live ended before it was handled (``expired``), its handler failed on the last
 delivery allowed or rejected it (``failed``), or storage failed on every delivery its host
-allows (``give_up``). Parking the token (``bus.protocol.tokens.inbox``) is what lets the dead-letter
-tools replay the entry exactly once.
+allows (``give_up``). Poisoning the token (``bus.protocol.tokens.inbox``) is what lets the
+poison-queue tools replay the entry exactly once.
 
-The entry is written first and the token parked afterwards, by the ETag it was read with
+The entry is written first and the token poisoned afterwards, by the ETag it was read with
 *before* the entry: a crash in between leaves the entry and a live token, which a replay
-re-sends. A replay can also meet that entry before the park lands, crash or none; it rewrites
-the live token (``deadletters``), a new ETag, so the park then fails and the token stays live
-for the copy the replay sent - instead of being parked with its entry gone.
+re-sends. A replay can also meet that entry before the token is poisoned, crash or none; it
+rewrites the live token (``poisoned``), a new ETag, so poisoning the token then fails and the
+token stays live for the copy the replay sent - instead of being poisoned with its entry gone.
 """
 
 from __future__ import annotations
@@ -55,18 +55,18 @@ class Poisoning:
             found = verdict(token)
             # No token poisons all the same: a foreign or broken signal may never have had one.
             if found not in (Verdict.PROCESS, Verdict.CONSUMED):
-                ack()  # parked already, fenced (never really sent) or deferred
+                ack()  # poisoned already, fenced (never really sent) or deferred
                 return dropped(found)
         note_error(INVALID)
-        self._put_and_park(body, envelope, reason, dequeue_count, token=token, ack=ack)
+        self._put_and_poison(body, envelope, reason, dequeue_count, token=token, ack=ack)
         return Outcome.POISONED
 
     def expired(self, body: str, envelope: Envelope, reason: str, dequeue_count: int,
                 ack: Callable[[], None]) -> Outcome:
         """A signal whose time-to-live ended (``reason`` says when): poisoned, its token
-        parked - only while its token says it may be processed. A copy of a message that was
+        poisoned - only while its token says it may be processed. A copy of a message that was
         processed (no token: unlike ``bad``, a message that expired is a well-formed one, so
-        a copy without a token is a duplicate), fenced, parked or deferred is dropped as
+        a copy without a token is a duplicate), fenced, poisoned or deferred is dropped as
         such: one message, at most one poison entry.
 
         A copy whose message was committed by an earlier delivery but not completed (its
@@ -79,15 +79,15 @@ class Poisoning:
             ack()
             return dropped(found)
         note_error(EXPIRED)
-        self._put_and_park(body, envelope, reason, dequeue_count, token=token, ack=ack)
+        self._put_and_poison(body, envelope, reason, dequeue_count, token=token, ack=ack)
         return Outcome.EXPIRED
 
-    def _put_and_park(self, body: str, envelope: Envelope | None, reason: str,
-                      dequeue_count: int, *, token: Token | None,
-                      ack: Callable[[], None]) -> None:
+    def _put_and_poison(self, body: str, envelope: Envelope | None, reason: str,
+                        dequeue_count: int, *, token: Token | None,
+                        ack: Callable[[], None]) -> None:
         self._poison.put(body, reason=reason, dequeue_count=dequeue_count, now=self._clock(),
                          envelope=envelope)
-        self._park(token)
+        self._poison_token(token)
         ack()
         log.warning("poisoned a signal at %s: %s", self.endpoint, reason)
 
@@ -95,7 +95,7 @@ class Poisoning:
                    ack: Callable[[], None]) -> Outcome:
         """A signal whose signature does not hold (``bus.protocol.copies.sealing``): poisoned with
         the reason, but the token it names is left alone - an unauthenticated signal must not
-        park the token of a real copy (which then goes on to be processed). A replay after the
+        poison the token of a real copy (which then goes on to be processed). A replay after the
         keys are fixed finds the token live and re-sends the signal: processed once."""
         note_error(UNVERIFIED)
         self._poison.put(body, reason=reason, dequeue_count=dequeue_count, now=self._clock(),
@@ -113,7 +113,7 @@ class Poisoning:
         token = self._inbox.read(self.endpoint, envelope.attempt_id)  # before the entry
         self._poison.put(body, reason=reason, dequeue_count=dequeue_count, now=self._clock(),
                          envelope=envelope, exception=f"{type(exc).__name__}: {exc}")
-        self._park(token)
+        self._poison_token(token)
         ack()
         log.warning("poisoned %s at %s: %s", envelope.message_id, self.endpoint, reason)
         return Outcome.POISONED
@@ -121,10 +121,10 @@ class Poisoning:
     def give_up(self, body: str, deliveries: int, cause: StorageError) -> Outcome:
         """Poison a signal (its body as on the queue) after storage errors on each of its
         ``deliveries`` deliveries, ``cause`` the last: no more are allowed
-        (``bus.hosting.settlement``). Same poison queue and token parking as a failing
-        handler, so the dead-letter tools list and replay it - unless its token says there
+        (``bus.hosting.settlement``). Same poison queue and token poisoning as a failing
+        handler, so the poison-queue tools list and replay it - unless its token says there
         is nothing to poison: gone (a delivery processed it and the error came after),
-        parked (poisoned already), fenced or deferred. Raises a StorageError when poisoning
+        poisoned already, fenced or deferred. Raises a StorageError when poisoning
         fails too.
 
         A message committed by one of those deliveries whose completion kept failing is
@@ -143,11 +143,11 @@ class Poisoning:
         reason = f"storage errors on {deliveries} deliveries (max delivery count)"
         self._poison.put(body, reason=reason, dequeue_count=deliveries, now=self._clock(),
                          envelope=envelope, exception=f"{type(cause).__name__}: {cause}")
-        self._park(token)
+        self._poison_token(token)
         log.warning("poisoned %s at %s: %s, the last %s", envelope.message_id, self.endpoint,
                     reason, cause)
         return Outcome.POISONED
 
-    def _park(self, token: Token | None) -> None:
+    def _poison_token(self, token: Token | None) -> None:
         if token is not None and verdict(token) is Verdict.PROCESS:
-            self._inbox.park(token, self._clock())
+            self._inbox.poison(token, self._clock())

@@ -6,7 +6,7 @@ R1. ``authenticate``: decode the envelope and check its signature (``sealing``: 
    token untouched); route it (``Routing``: addressed here, a content type and message type
    this reader takes; anything else is poisoned with the reason);
 R2. ``screen``: a copy whose time-to-live ended (``expires_at`` past, by this reader's clock)
-   is poisoned as expired, its token parked - unless its token says it is a duplicate
+   is poisoned as expired, its token poisoned - unless its token says it is a duplicate
    (``Poisoning.expired``); a scheduled copy that arrived early goes back on the queue with its
    remaining delay; otherwise fetch the payload (confined to the bus's container; claim check;
    checked against the signed digest, decrypted) and let the routing decode it: for an
@@ -173,7 +173,7 @@ class Admission(Generic[T]):
         is untouched, so whichever copy arrives when due is processed once."""
         found = verdict(self._inbox.read(self.endpoint, envelope.attempt_id))
         if found is not Verdict.PROCESS:
-            item.ack()  # consumed, fenced, parked or deferred: nothing to wait for
+            item.ack()  # consumed, fenced, poisoned or deferred: nothing to wait for
             return dropped(found)
         self._queues.send(self._queue, item.body,
                           delay=due_in(envelope, self._clock(), self._queues.limits.longest_delay))

@@ -12,7 +12,7 @@ R3. load ``P``'s outbox slot, remembering its ETag, with the state rows the rout
    still exists), complete that first (it may be ours, committed by an earlier delivery) and
    start again;
 R4. check ``m``'s inbox token ``(E, a)``: gone (or fenced) means a duplicate - acknowledge;
-   parked means it is in the poison queue already (read in one request with R3's token);
+   poisoned means it is in the poison queue already (read in one request with R3's token);
 R5. run the handler against ``P`` (``handling``: reads come from R3 or storage, writes are
    collected), then create its outgoing tokens, pending (``Dispatcher.place_ahead``);
 R6. commit the state changes and the outbox record (phase SENDING, with the tokens' ETags) in
@@ -420,7 +420,7 @@ class Receiver:
         """Whether the slot holds a record whose work is not done (read with its token)."""
         return slot.record is not None and not finished(
             slot.record, tokens.get(slot.record.attempt_id),
-            parked_ends=not self._safeguards.apply_parked_deferral)
+            poisoned_ends=not self._safeguards.apply_poisoned_deferral)
 
     def _check_token(self, d: Admitted, token: Token | None) -> Outcome | None:
         """None when the copy may be processed; otherwise why not."""
@@ -429,7 +429,7 @@ class Receiver:
         found = verdict(token)
         if (found is Verdict.PROCESS and token is not None and token.orphan
                 and not self._safeguards.process_presumed_orphans):
-            found = Verdict.PARKED  # the "drop-presumed-orphans" break
+            found = Verdict.POISONED  # the "drop-presumed-orphans" break
         if found is Verdict.PROCESS:
             return None
         if found.payload_is_garbage and d.envelope.payload_ref is not None:

@@ -14,13 +14,13 @@ that names the token's attempt id, in one entity-group transaction (up to 50 cop
    A request whose answer was lost is sent again as it was: if it had landed, the conflict
    shows the marks as this call's own (the attempt ids it chose).
 2. The claim-check blobs of the copies to signal: those created now, and those whose mark
-   names a token still waiting (live, or parked by the sweeper as a presumed orphan: an earlier
+   names a token still waiting (live, or poisoned by the sweeper as a presumed orphan: an earlier
    call stopped before its signal, or the signal was lost).
 3. Their signals, bundled per destination. A repeated signal is harmless: the token admits one
    processing.
 
 A call that stops anywhere can be made again with the same message ids: nothing marked is
-created twice, and what still waits gets its signal. If nobody calls again, the sweeper parks a
+created twice, and what still waits gets its signal. If nobody calls again, the sweeper poisons a
 live token that never got a signal as a presumed orphan after ``orphan_age`` and reports it.
 
 The sweeper forgets a mark once it is older than ``Settings.ledger_retention_seconds`` *and* its
@@ -166,4 +166,4 @@ class _Marking:
 def _waits(token: Token) -> bool:
     """Whether a marked copy's token still waits for a signal to be processed."""
     return token.state in (TokenState.LIVE, TokenState.PENDING) or (
-        token.state is TokenState.PARKED and token.orphan)
+        token.state is TokenState.POISONED and token.orphan)

@@ -165,10 +165,10 @@ class Sessions:
             w for w in row.waiting if (w.stream, w.sequence, w.message_id) not in poisoned)}))
 
     def _poisoned_since(self, waiting: Waiting) -> bool:
-        """Whether the copy was released since it was set aside, then parked (poisoned): a
+        """Whether the copy was released since it was set aside, then poisoned: a
         copy still set aside, released and on its way, or set aside again, is not."""
         token = self._courier.inbox.find(self.endpoint, waiting.message_id)
-        return (token is not None and token.state is TokenState.PARKED
+        return (token is not None and token.state is TokenState.POISONED
                 and token.generation > waiting.generation)
 
     def _change(self, session: str,

@@ -21,7 +21,7 @@ decides (``plan``):
 * ``k`` is ahead: the copy is set aside without running the handler - the commit adds it to
   the row's waiting list, and finishing the record defers its token (``deferral``);
 * ``k`` is behind (the session moved past it: skipped as a gap) or the session is closed: the
-  copy is poisoned with the reason, so it is accounted for in the dead-letter queue.
+  copy is poisoned with the reason, so it is accounted for in the poison queue.
 
 A gap (a missing sequence number) whose first waiting successor has waited longer than the
 endpoint's ``reorder_window`` blocks the session (reported: ``blocked_since``) or, with

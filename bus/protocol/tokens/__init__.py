@@ -3,7 +3,7 @@
 A token is one row per message copy in flight; the receiver's check of it (R4) is what
 turns at-least-once delivery into exactly-once effect.
 
-* ``inbox``   - the token table: create, fence, park, consume, read; tokens of many copies at
+* ``inbox``   - the token table: create, fence, poison, consume, read; tokens of many copies at
                 once.
 * ``verdict`` - what a token's state means for a copy that arrives now: the one place it is
                 decided.

@@ -14,8 +14,8 @@ A token row is one of these:
                  can move on, which is what lets the sweeper tell orphans apart (``sweeper``);
 * ``fenced``   - a tombstone for an attempt id that was superseded: it will never be signalled,
                  and a delayed ("ghost") create of it now fails with 409 instead of resurrecting it;
-* ``parked``   - the message went to the poison queue; kept for the dead-letter tools. A token
-                 the sweeper parked because no signal had come for it is marked ``orphan``:
+* ``poisoned``   - the message went to the poison queue; kept for the poison-queue tools. A token
+                 the sweeper poisoned because no signal had come for it is marked ``orphan``:
                  if its signal arrives after all, the copy is processed;
 * ``deferred`` - a handler set the message aside (``Context.defer``): no copy of it is
                  processed until someone releases it (``bus.protocol.outbox.deferral``).
@@ -56,8 +56,13 @@ class TokenState(str, enum.Enum):
     LIVE = "live"
     PENDING = "pending"
     FENCED = "fenced"
-    PARKED = "parked"
+    POISONED = "poisoned"
     DEFERRED = "deferred"
+
+    @classmethod
+    def _missing_(cls, value: object) -> TokenState | None:
+        # Rows written before the state took the name it has everywhere else.
+        return cls.POISONED if value == "poisoned" else None
 
 
 @dataclass(frozen=True)
@@ -101,17 +106,17 @@ class Token:
     due: float | None = None
     """When a scheduled message's signal becomes visible (epoch seconds); None: at once."""
     orphan: bool = False
-    """Parked by the sweeper because no signal had come for it (``sweeper``): presumed an
+    """Poisoned by the sweeper because no signal had come for it (``sweeper``): presumed an
     orphan, which its signal disproves by arriving - the copy is then processed."""
     lineage: Lineage | None = None
 
     @property
     def processable(self) -> bool:
         """Whether a copy of the message may be processed (live, or pending: a signal exists
-        only once the record that lists the token is committed; or parked as a presumed
+        only once the record that lists the token is committed; or poisoned as a presumed
         orphan: a copy arriving disproves it)."""
         return self.state in (TokenState.LIVE, TokenState.PENDING) or (
-            self.state is TokenState.PARKED and self.orphan)
+            self.state is TokenState.POISONED and self.orphan)
 
 
 @dataclass(frozen=True)
@@ -184,7 +189,7 @@ class Inbox:
         """Make pending tokens ``(attempt id, message id, ETag)`` of one endpoint live, 100 per
         request (one by one when a request fails); ``dues`` and ``lineages`` as they were
         created with (the row is replaced whole). A token that changed since (processed,
-        parked, deferred) is left as it is: it is not pending any more, which is all this
+        poisoned, deferred) is left as it is: it is not pending any more, which is all this
         promises."""
         per = self._tables.limits.transaction_operations
         for start in range(0, len(tokens), per):
@@ -260,13 +265,13 @@ class Inbox:
             else:
                 self._tables.transact(self._table, ops)
 
-    def park(self, token: Token, now: float, *, orphan: bool = False) -> bool:
+    def poison(self, token: Token, now: float, *, orphan: bool = False) -> bool:
         """Mark a live token as poisoned (``orphan``: presumed so by the sweeper); False if it
         changed meanwhile (consumed, fenced)."""
-        return self._move(replace(token, orphan=orphan), TokenState.PARKED, now)
+        return self._move(replace(token, orphan=orphan), TokenState.POISONED, now)
 
-    def unpark(self, token: Token, now: float) -> bool:
-        """Make a token live again for a dead-letter replay - a parked one, or a live or
+    def revive(self, token: Token, now: float) -> bool:
+        """Make a token live again for a poison-queue replay - a poisoned one, or a live or
         pending one rewritten live, so that its ETag changes; False if it changed."""
         return self._move(replace(token, orphan=False), TokenState.LIVE, now)
 
@@ -406,23 +411,24 @@ class Inbox:
             self._tables.delete(self._table, token.endpoint, token.attempt_id, etag=token.etag)
 
 
-def finished(record: OutboxRecord, token: Token | None, *, parked_ends: bool = False) -> bool:
+def finished(record: OutboxRecord, token: Token | None, *, poisoned_ends: bool = False) -> bool:
     """Whether an outbox record's work is done, given its incoming token (None: gone).
 
     A record is finished once its incoming token is consumed - or, for a record that deferred
     its message, once the token was set aside (or released since: a later generation). A
-    parked token does not finish a deferring record: the message's effect is committed and
+    poisoned token does not finish a deferring record: the message's effect is committed and
     the deferral still to apply (setting the token aside makes the poison entry stale), just
-    as a parked token of any other committed record is still to consume. (``parked_ends``:
-    the "parked-ends-deferral" break.)
+    as a poisoned token of any other committed record is still to consume. (``poisoned_ends``:
+    the "poisoned-ends-deferral" break.)
     """
     if token is None:
         return True
     if record.deferred_signal is None:
         return False
-    ended = (TokenState.DEFERRED, TokenState.FENCED, *((TokenState.PARKED,) if parked_ends else ()))
+    ended = (TokenState.DEFERRED, TokenState.FENCED,
+             *((TokenState.POISONED,) if poisoned_ends else ()))
     return token.generation != record.generation or (
-        token.state in ended and not (token.state is TokenState.PARKED and token.orphan))
+        token.state in ended and not (token.state is TokenState.POISONED and token.orphan))
 
 
 def _mark(row: Entity) -> Mark:
@@ -470,7 +476,7 @@ def _entity(token: Token, property_bytes: int) -> Entity:
         properties.update({f"s{i}": chunk for i, chunk in enumerate(chunks)})
     if token.due is not None:
         properties["due"] = token.due
-    if token.orphan and token.state is TokenState.PARKED:
+    if token.orphan and token.state is TokenState.POISONED:
         properties["orphan"] = True
     if token.lineage is not None:
         properties.update({"correlation_id": token.lineage.correlation_id,

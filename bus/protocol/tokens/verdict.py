@@ -4,7 +4,7 @@ Every place that meets a copy decides with :func:`verdict`, and nowhere else: th
 (``receive``: the token check before the claim, a scheduled copy that arrived early, an
 expired copy, a copy whose claim-check payload is missing, a copy being poisoned), the Spark
 reader
-(``bus.integrations.spark.reader``), the dead-letter tools (``deadletters``: replay and
+(``bus.integrations.spark.reader``), the poison-queue tools (``poisoned``: replay and
 purge) and the sweeper, for a claim-check blob (is its payload garbage?). The sweeper's other
 question - which tokens are old enough to collect - is about ages, not copies, and reads the
 states itself.
@@ -20,9 +20,9 @@ verdict        token                            the copy
 ``FENCED``     fenced                           a duplicate: its sending attempt was
                                                 superseded and never takes effect; payload
                                                 garbage
-``PARKED``     parked                           dropped: the message waits in the poison
+``POISONED``   poisoned                         dropped: the message waits in the poison
                                                 queue for a replay - except a token the
-                                                sweeper parked as a presumed orphan: its
+                                                sweeper poisoned as a presumed orphan: its
                                                 signal came after all, so ``PROCESS``
 ``DEFERRED``   deferred                         dropped: its handler set it aside, and the
                                                 deferral keeps the signal and its payload
@@ -40,7 +40,7 @@ class Verdict(str, enum.Enum):
     PROCESS = "process"
     CONSUMED = "consumed"
     FENCED = "fenced"
-    PARKED = "parked"
+    POISONED = "poisoned"
     DEFERRED = "deferred"
 
     @property
@@ -56,7 +56,7 @@ class Verdict(str, enum.Enum):
 
 
 _BY_STATE = {TokenState.LIVE: Verdict.PROCESS, TokenState.PENDING: Verdict.PROCESS,
-             TokenState.FENCED: Verdict.FENCED, TokenState.PARKED: Verdict.PARKED,
+             TokenState.FENCED: Verdict.FENCED, TokenState.POISONED: Verdict.POISONED,
              TokenState.DEFERRED: Verdict.DEFERRED}
 
 
@@ -65,5 +65,5 @@ def verdict(token: Token | None) -> Verdict:
     if token is None:
         return Verdict.CONSUMED
     if token.processable:
-        return Verdict.PROCESS  # a parked orphan too: its signal disproves the presumption
+        return Verdict.PROCESS  # a poisoned orphan too: its signal disproves the presumption
     return _BY_STATE[token.state]

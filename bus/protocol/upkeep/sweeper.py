@@ -26,10 +26,10 @@ What can be left behind, and when it is removed:
   a mark whose token still exists stays, however old (its message still waits);
 * a live token nobody signalled (its sender crashed between token and signal) - once no
   signal has come for ``orphan_age`` (default 7 days) after it was due (its creation, or a
-  scheduled message's due time) it is parked as a presumed **orphan**, with a poison entry,
+  scheduled message's due time) it is poisoned as a presumed **orphan**, with a poison entry,
   so that a message whose sender died is not lost silently. Presumed, because the protocol
   cannot prove that no signal will come (a backlog, an endpoint paused for longer): if one
-  does, its copy is processed all the same (``verdict``) and the entry reads as stale. Parked,
+  does, its copy is processed all the same (``verdict``) and the entry reads as stale. Poisoned,
   not deleted: a token disappears only when its message's effect is finished (``dispatch``),
   and a slot's record counts as finished exactly when its incoming token is gone.
 """
@@ -104,7 +104,7 @@ class Sweeper:
                     f"{token.message_id} was not processed within {self._orphan_age:.0f} s "
                     "of being due (processed all the same if its signal still comes)",
                     dequeue_count=0, now=now)
-                if self._inbox.park(token, now, orphan=True):
+                if self._inbox.poison(token, now, orphan=True):
                     report.orphan_tokens_parked += 1
         for mark in self._inbox.all_marks():
             if now - mark.at > self._mark_retention and self._inbox.forget_mark(mark):

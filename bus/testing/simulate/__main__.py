@@ -15,7 +15,7 @@ from bus.testing.simulate.run import run_once
 _SHOWN_FAILURES = 5
 EXERCISED = ("functions_deliveries", "functions_requeued", "host_poisoned",
              "orchestrations_started", "orchestrations_repeated", "orchestrations_never_run",
-             "dead_letters_replayed", "alerted_replays", "presumed_orphans", "skewed_processes",
+             "poisoned_replayed", "alerted_replays", "presumed_orphans", "skewed_processes",
              "deferred_again", "early_copies_put_back", "spark_jobs", "spark_task_attempts",
              "spark_rows_published", "spark_batches", "spark_batches_replayed",
              "spark_batch_reads", "spark_batch_reads_failed", "spark_batch_reads_refused",
@@ -26,7 +26,7 @@ EXERCISED = ("functions_deliveries", "functions_requeued", "host_poisoned",
 micro-batches and the ones it ran again after a restart, batch reads with those that failed and
 those refused - their run key committed, or given up by a later read), the operator's replays
 (the entries it replayed, and the passes it made at once, alerted to a new entry), how many
-live tokens the sweeper parked as presumed orphans (their messages processed all the same when
+live tokens the sweeper poisoned as presumed orphans (their messages processed all the same when
 their signals came), the worker processes whose clocks were off, the messages deferred again
 after a release, and the copies that arrived before they were due (a delay longer than the
 queue allows, or a skewed clock) and were put back until due, and the host's poison copies

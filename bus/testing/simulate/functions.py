@@ -1,5 +1,5 @@
 """The Functions host's side in the simulation: its queue rules around the bus's trigger, the
-Durable orchestration's steps, and an operator replaying dead letters.
+Durable orchestration's steps, and an operator replaying poisoned messages.
 
 The host follows ``devhost.queues`` (itself the host's ``QueueProcessor``): a message whose
 dequeue count is over ``maxDequeueCount``, or whose body is not base64, is copied to the
@@ -31,7 +31,7 @@ SIGNAL_BATCH = 2  # copies per signal activity (the app's is 16; small here, to 
 HOST_COPY_TTL = 120.0
 """How long the host's poison copies live: the service's default of 7 days, scaled as the
 simulation's maintenance runs every second where a deployment's runs every five minutes, and
-its dead-letter tools lease what they read for 20 seconds instead of 60 (a shorter lease runs
+its poison-queue tools lease what they read for 20 seconds instead of 60 (a shorter lease runs
 out under the simulation's stalls while an operator's replay is still reading)."""
 
 
@@ -203,7 +203,7 @@ def _step(bus: Bus, world: World, job: Job) -> Job | None:
 
 
 class Operator:
-    """Someone replaying the dead letters of messages the endpoints handle, while the workers
+    """Someone replaying the poisoned messages of messages the endpoints handle, while the workers
     run (what the host or the bus poisoned after storage errors) - not a copy its session
     refused or its handler rejected: replayed, it would be poisoned again.
 
@@ -211,7 +211,7 @@ class Operator:
     (``alerted``, read outside the simulated storage's faults), it replays that endpoint's
     entries urgently: before anyone else takes another step, as an operator who is quick where
     the poisoner is slow. Its replay then meets a poisoning that has written its entry and has
-    yet to park the token (``bus.protocol.poison.poisoning``), and an adoption likewise."""
+    yet to poison the token (``bus.protocol.poison.poisoning``), and an adoption likewise."""
 
     def __init__(self, bus: Bus, world: World, endpoints: list[str], known: set[str],
                  counts: Counter[str]) -> None:
@@ -249,13 +249,13 @@ class Operator:
                     self._replay(endpoint)
 
     def _replay(self, endpoint: str) -> None:
-        letters = self._bus.dead_letters(endpoint)
+        letters = self._bus.poisoned(endpoint)
         try:
             if not self._bus.storage.queues.depth(self._bus.names.poison_queue(endpoint)):
                 return
             chosen = {letter.id for letter in letters.entries() if self._chosen(letter.entry)}
             if chosen:
-                self._counts["dead_letters_replayed"] += len(letters.replay(chosen))
+                self._counts["poisoned_replayed"] += len(letters.replay(chosen))
         except StorageError:
             return
 

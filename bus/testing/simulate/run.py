@@ -50,7 +50,7 @@ STALLED_SECONDS = 5.0  # maintenance finishes records committed this long ago
 MAX_SKEW_SECONDS = 1.5
 """How far a worker process's clock may be off the others' (and storage's) in a skewed run."""
 ORPHAN_AGE_SECONDS = 4.0
-"""The orphan age of half of the runs: past it, a live token with no signal yet is parked as a
+"""The orphan age of half of the runs: past it, a live token with no signal yet is poisoned as a
 presumed orphan. Short, so that backlogs, stalls and scheduled sends outlast it and signals come
 after all (the other half never presume one, as a deployment far from its 7 days)."""
 SHORT_VISIBILITY_SECONDS = 61
@@ -260,7 +260,7 @@ def _last_sweep(bus: Bus, world: World) -> None:
     world.clock += SETTINGS.ghost_horizon_seconds + MAX_SKEW_SECONDS + 1
     bus.sweeper().sweep()
     for endpoint in bus.topology.endpoints:
-        bus.dead_letters(endpoint).adopt()
+        bus.poisoned(endpoint).adopt()
 
 
 def _limits(seed: int) -> StorageLimits:
@@ -294,7 +294,7 @@ def _session_plan(seed: int) -> SessionPlan | None:
     """Endpoint s and its sessions in half of the runs (drawn apart: the other half runs as
     before). Two or three sessions sharing one or two partitions; half of the endpoints skip
     gaps after a reorder window of 1-4 virtual seconds (a copy delayed by a crash, a lease or
-    a retry longer than that is skipped: it must end in the dead-letter queue), and half of
+    a retry longer than that is skipped: it must end in the poison queue), and half of
     those have a Tally whose handler rejects it on every delivery (a real gap)."""
     draw = random.Random(seed ^ 0x5E5510)
     if draw.random() < 0.5:
@@ -321,7 +321,7 @@ def _settings(seed: int, layout: random.Random) -> Settings:
 
 
 def _seen_at_the_end(bus: Bus, storage: InMemoryStorage, garbage: set[str]) -> Counter[str]:
-    """Messages deferred a second time, and tokens parked as presumed orphans (their
+    """Messages deferred a second time, and tokens poisoned as presumed orphans (their
     messages processed all the same)."""
     return Counter(
         deferred_again=sum(
@@ -421,7 +421,7 @@ def _worker(bus: Bus, world: World, endpoint: str, counts: Counter[str]) -> Call
 
 def _unfinished_records(bus: Bus, storage: InMemoryStorage) -> list[str]:
     """The outbox slots holding a record still to finish (maintenance finishes them: one whose
-    incoming token the sweeper parked as a presumed orphan is no exception)."""
+    incoming token the sweeper poisoned as a presumed orphan is no exception)."""
     tokens = {(t.endpoint, t.attempt_id): t for t in bus.parts.inbox.all()}
     return [f"{endpoint}/{slot.partition}" for endpoint in bus.topology.endpoints
             for slot in Outbox(storage.tables, bus.names.state_table(endpoint)).pending()
@@ -431,7 +431,7 @@ def _unfinished_records(bus: Bus, storage: InMemoryStorage) -> list[str]:
 
 def _in_flight(token: Token) -> bool:
     """A message not done yet: live, pending or deferred (fenced tokens are tombstones, the
-    sweeper removes them after the ghost horizon; parked ones wait for a replay)."""
+    sweeper removes them after the ghost horizon; poisoned ones wait for a replay)."""
     return token.state in (TokenState.LIVE, TokenState.PENDING, TokenState.DEFERRED)
 
 
@@ -556,11 +556,11 @@ def _effects(bus: Bus, storage: InMemoryStorage, roots: int, noted: bool) -> lis
 def _left_behind(bus: Bus, storage: InMemoryStorage) -> list[str]:
     tokens = bus.parts.inbox.all()
     # Every token's signal comes in the end (senders fence what they cannot finish), so a
-    # token still parked as a presumed orphan had none: a token created again after its
+    # token still poisoned as a presumed orphan had none: a token created again after its
     # message was processed (a late request), which any copy would process once more.
     violations = [f"left behind: {t.state.value} token {t.endpoint}/{t.attempt_id} "
                   f"of {t.message_id}{' (a presumed orphan)' if t.orphan else ''}"
-                  for t in tokens if t.state is not TokenState.PARKED or t.orphan]
+                  for t in tokens if t.state is not TokenState.POISONED or t.orphan]
     by_key = {(t.endpoint, t.attempt_id): t for t in tokens}
     for endpoint in bus.topology.endpoints:
         outbox = Outbox(storage.tables, bus.names.state_table(endpoint))
@@ -580,7 +580,7 @@ def _left_behind(bus: Bus, storage: InMemoryStorage) -> list[str]:
 
 
 def _orphan_report(entry: PoisonEntry) -> bool:
-    """The sweeper's report of a token it parked as a presumed orphan (no body)."""
+    """The sweeper's report of a token it poisoned as a presumed orphan (no body)."""
     return entry.envelope is None and not entry.original_body and entry.reason.startswith(
         "orphan inbox token")
 

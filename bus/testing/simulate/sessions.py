@@ -2,7 +2,7 @@
 quiesced (``workload.SessionPlan`` says what was sent, ``bus.protocol.sessions.order`` the rules).
 
 1. Every Tally's effect is applied exactly once - or, never applied, its copy is in the
-   dead-letter queue for a reason its session accounts for: its handler rejects it on every
+   poison queue for a reason its session accounts for: its handler rejects it on every
    delivery (the doomed Tally), or it came after its session had skipped its number (only at
    an endpoint that skips gaps).
 2. Per stream, effects in sequence order: each effect row names the number its session had
@@ -13,7 +13,7 @@ quiesced (``workload.SessionPlan`` says what was sent, ``bus.protocol.sessions.o
 4. Nothing waits in a session; a session is closed when, and only when, the plan closes it
    and all its Tallies were handled.
 5. Every number a handler's stream gave (its partition's slot counts them) was handled or is
-   in the dead-letter queue: a handler's copies are never lost, so no gap of theirs is real.
+   in the poison queue: a handler's copies are never lost, so no gap of theirs is real.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ REJECTED = "rejected: "
 
 
 def settled(entry: PoisonEntry) -> bool:
-    """Whether a dead letter is one the operator leaves where it is: a copy its session
+    """Whether a poisoned message is one the operator leaves where it is: a copy its session
     refused, or one its handler rejected (replayed, either would only be poisoned again)."""
     return entry.reason.startswith(REJECTED) or any(part in entry.reason for part in REFUSED)
 
@@ -60,7 +60,7 @@ class Applied:
 
 @dataclass(frozen=True)
 class Letter:
-    """One Tally in the dead-letter queue of ``s``."""
+    """One Tally in the poison queue of ``s``."""
 
     label: str
     session: str
@@ -160,12 +160,12 @@ def _exactly_once(found: Found, plan: SessionPlan, labels: dict[str, str]) -> li
             violations.append(f"Tally {label} applied {n} times"
                               f"{' and poisoned' if poisoned else ''}")
     violations.extend(f"unexpected Tally effect {label}" for label in applied)
-    violations.extend(f"unexpected Tally {label} in the dead-letter queue" for label in letters)
+    violations.extend(f"unexpected Tally {label} in the poison queue" for label in letters)
     return violations
 
 
 def _accounted(letter: Letter, found: Found, plan: SessionPlan) -> bool:
-    """Whether a Tally's dead letter is one its session explains: the doomed one rejected,
+    """Whether a Tally's poisoned message is one its session explains: the doomed one rejected,
     or one whose number its session had skipped (the endpoint skipping gaps)."""
     if letter.reason.startswith(REJECTED):
         return letter.label == plan.doomed
@@ -235,11 +235,11 @@ def _first(waiting: Iterable[Waiting]) -> str:
 
 
 def _numbers(found: Found) -> list[str]:
-    """5: every number a handler's stream gave was handled or is in the dead-letter queue."""
+    """5: every number a handler's stream gave was handled or is in the poison queue."""
     accounted = {(e.session, e.stream, e.sequence) for e in found.applied} | {
         (letter.session, letter.stream, letter.sequence) for letter in found.letters}
     return [f"session {session}: number {n} of stream {stream} neither handled nor in the "
-            f"dead-letter queue" for (session, stream), given in sorted(found.numbered.items())
+            f"poison queue" for (session, stream), given in sorted(found.numbered.items())
             for n in range(1, given + 1) if (session, stream, n) not in accounted]
 
 

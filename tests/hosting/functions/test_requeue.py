@@ -24,7 +24,7 @@ import bus.hosting.settlement as settlement_module
 from bus import Bus, Command, Context, Endpoint, Settings
 from bus.hosting.functions.trigger import QueueTrigger
 from bus.protocol.delivery import Delivery, Outcome
-from bus.protocol.poison.deadletters import ReplayResult
+from bus.protocol.poison.poisoned import ReplayResult
 from bus.protocol.tokens.inbox import TokenState
 from bus.storage import NotFound, Storage, TableOp, TransientError
 from bus.storage.limits import AZURE
@@ -160,16 +160,16 @@ def test_storage_errors_on_every_delivery_poison_the_message_after_max_deliverie
     host.run()
     assert host.invocations == MAX  # counted across the original and its copy
     assert live(bus) == 0 and times(bus, 1) == 0
-    [letter] = bus.dead_letters("ticks").entries()
+    [letter] = bus.poisoned("ticks").entries()
     assert letter.entry.reason == REASON and letter.entry.dequeue_count == MAX
     assert letter.entry.exception == "TransientError: injected: the commit's request timed out"
-    assert letter.token is TokenState.PARKED and letter.replayable
+    assert letter.token is TokenState.POISONED and letter.replayable
     # the entry holds the signal as sent: a replay starts counting afresh
     assert "deliveries" not in json.loads(base64.b64decode(letter.entry.original_body))
     outage.on = False  # storage is back: the replay is processed once
-    assert list(bus.dead_letters("ticks").replay().values()) == ["replayed"]
+    assert list(bus.poisoned("ticks").replay().values()) == ["replayed"]
     host.run()
-    assert times(bus, 1) == 1 and live(bus) == 0 and bus.dead_letters("ticks").entries() == []
+    assert times(bus, 1) == 1 and live(bus) == 0 and bus.poisoned("ticks").entries() == []
 
 
 def until_requeued(host: Host) -> None:
@@ -216,11 +216,11 @@ def test_an_original_whose_delete_failed_leaves_no_spurious_poison_entry(
     bus.send(Tick(n=1))
     host.run()
     assert lost and live(bus) == 0
-    letters = bus.dead_letters("ticks").entries()
+    letters = bus.poisoned("ticks").entries()
     if heals:  # the original and the copy: one processes it, the other is a duplicate
         assert letters == [] and times(bus, 1) == 1
     else:  # one entry, with the reason, whichever of the two met the last error
-        assert [(x.entry.reason, x.token) for x in letters] == [(REASON, TokenState.PARKED)]
+        assert [(x.entry.reason, x.token) for x in letters] == [(REASON, TokenState.POISONED)]
         assert times(bus, 1) == 0
 
 
@@ -239,7 +239,7 @@ def test_a_bundle_puts_back_only_the_part_that_met_storage_errors(
     host.run()
     assert host.invocations == MAX  # the bundle MAX - 1 times, then the part alone once
     assert [times(bus, 1), times(bus, 2), live(bus)] == [1, 0, 0]
-    [letter] = bus.dead_letters("ticks").entries()
+    [letter] = bus.poisoned("ticks").entries()
     assert letter.entry.reason == REASON
     assert json.loads(base64.b64decode(letter.entry.original_body))["message_type"] == "Tick"
     assert letter.entry.envelope is not None and letter.entry.envelope.payload is not None
@@ -253,7 +253,7 @@ def test_a_delivery_without_storage_trouble_is_processed_once(
     bus.send(Tick(n=1))
     host.run()
     assert host.invocations == 1 and times(bus, 1) == 1 and live(bus) == 0
-    assert bus.dead_letters("ticks").entries() == []
+    assert bus.poisoned("ticks").entries() == []
 
 
 def test_a_failing_handler_is_poisoned_by_the_bus_at_max_deliveries(
@@ -262,7 +262,7 @@ def test_a_failing_handler_is_poisoned_by_the_bus_at_max_deliveries(
     bus.send(Tick(n=1))
     host.run()
     assert host.invocations == MAX and live(bus) == 0
-    [letter] = bus.dead_letters("ticks").entries()
+    [letter] = bus.poisoned("ticks").entries()
     assert letter.entry.reason == f"handler failed {MAX} times (max delivery count)"
 
 
@@ -275,7 +275,7 @@ def test_a_copy_counts_its_earlier_deliveries_for_handler_failures_too(
     outage.on, outage.handler = False, True  # storage is back; now the handler fails
     host.run()
     assert host.invocations == MAX and live(bus) == 0
-    [letter] = bus.dead_letters("ticks").entries()
+    [letter] = bus.poisoned("ticks").entries()
     assert letter.entry.reason == f"handler failed {MAX} times (max delivery count)"
 
 
@@ -310,9 +310,9 @@ def test_a_replay_starts_counting_afresh(storage: Storage, prefix: str,
     copy = wire.with_deliveries(base64.b64decode(message.body), MAX - 1, AZURE.signal_bytes)
     assert copy is not None  # a copy put back, moved to the poison queue by the host:
     bus.storage.queues.send(bus.names.poison_queue("ticks"), base64.b64encode(copy).decode())
-    [letter] = bus.dead_letters("ticks").entries()  # adopted: token parked
-    assert letter.token is TokenState.PARKED
-    assert bus.dead_letters("ticks").replay() == {letter.id: ReplayResult.REPLAYED}
+    [letter] = bus.poisoned("ticks").entries()  # adopted: token poisoned
+    assert letter.token is TokenState.POISONED
+    assert bus.poisoned("ticks").replay() == {letter.id: ReplayResult.REPLAYED}
     host.run()  # storage still fails: the replayed message gets all its deliveries
     assert host.invocations == MAX
-    assert [x.entry.reason for x in bus.dead_letters("ticks").entries()] == [REASON]
+    assert [x.entry.reason for x in bus.poisoned("ticks").entries()] == [REASON]

@@ -7,7 +7,7 @@ is retried sends nothing twice; a re-run sends only new rows; a driver that dies
 tasks sent loses and doubles nothing; a streaming sink; notebook contracts; a SAS or a
 credential provider on the executors. Reads: a batch read stages once per run key and settles
 on ``commit_read``, a failed one is read again by the next run whatever its run key; a read
-admits copies as an endpoint does (an expired copy dead-lettered, one not yet due left queued);
+admits copies as an endpoint does (an expired copy poisoned, one not yet due left queued);
 a streaming query that fails mid-batch and restarts from its checkpoint sees every message
 exactly once; ``Trigger.AvailableNow`` reads what is there, in several batches with
 ``max_rows_per_trigger`` (and on Spark 4.0/4.1's calls); batch reads and
@@ -323,7 +323,7 @@ def test_a_failed_batch_read_is_read_again_by_the_next_run_whatever_its_run_key(
 
 def test_a_batch_read_admits_copies_as_an_endpoint_does(
         spark: Any, conn: dict[str, str], client: Bus) -> None:
-    """An expired copy is dead-lettered as expired and a copy not yet due stays queued (its
+    """An expired copy is poisoned as expired and a copy not yet due stays queued (its
     sender's clock an hour ahead: it is visible before it is due, and goes back until due) -
     through the same admission as an endpoint's receiver. On both Spark lines."""
     ahead = seamed_bus(Seams(clock=lambda: time.time() + 3600), client.storage,
@@ -343,7 +343,7 @@ def test_a_batch_read_admits_copies_as_an_endpoint_does(
     assert entry.reason.startswith("expired: its time-to-live ended")
     # The early copy went back on the queue with its remaining delay: queued, token live.
     live = {t.message_id: t.state for t in client.parts.inbox.all("sink")}
-    assert live == {"early": TokenState.LIVE, "old": TokenState.PARKED}
+    assert live == {"early": TokenState.LIVE, "old": TokenState.POISONED}
     assert depth(client) == 1
     assert bus.spark.receive(spark, "sink", run_key="again", **options).count() == 0
 

@@ -72,7 +72,7 @@ def page(browser: Browser) -> Iterator[Page]:
 
 @pytest.fixture
 def screenshot() -> Callable[[Page, str], Path]:
-    """``screenshot(page, "failed")`` saves the viewport as dashboard-failed.png."""
+    """``screenshot(page, "poisoned")`` saves the viewport as dashboard-poisoned.png."""
     def take(page: Page, name: str) -> Path:
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         path = SCREENSHOTS / f"dashboard-{name}.png"

@@ -3,8 +3,8 @@ tracking, with traffic that leaves something on every page.
 
 * ``PlaceOrder`` -> orders -> ``OrderPlaced`` -> billing and shipping. Billing declines the
   cards of the customers in ``DECLINED`` (a RuntimeError on every delivery: poisoned after
-  the second), so their orders end as one group on the failed page until the test clears the
-  set and replays the group.
+  the second), so their orders end as one group on the Poisoned messages page until the test
+  clears the set and replays the group.
 * ``ShipOrder`` waits at orders (deferred) until its order is paid (``PaymentReceived``).
 * ``Track`` is handled in sessions (one per parcel) at tracking, which blocks on a gap
   (``skip_gaps=False``, a one-second reorder window): an event ``lost`` is rejected, so the
@@ -57,7 +57,7 @@ class Shop:
     declined: set[str] = field(default_factory=set)
     orders: dict[str, str] = field(default_factory=dict)
     """order id -> customer, every order sent."""
-    failed_orders: list[str] = field(default_factory=list)
+    declined_orders: list[str] = field(default_factory=list)
     conversation: str = ""
     """The correlation id of one whole order: placed, billed and shipped."""
     deferred: str = ""
@@ -72,7 +72,7 @@ class Shop:
         return _count(self.bus, "shipping", order_id, "shipment", "packed")
 
     def poisoned(self, endpoint: str) -> int:
-        return len(self.bus.dead_letters(endpoint).entries())
+        return len(self.bus.poisoned(endpoint).entries())
 
 
 def build(storage: Storage, prefix: str) -> Shop:
@@ -141,7 +141,7 @@ def with_traffic(shop: Shop) -> Shop:
                  correlation_id=f"conv-{order_id}")
         shop.orders[order_id] = customer
         if customer == "c-declined":
-            shop.failed_orders.append(order_id)
+            shop.declined_orders.append(order_id)
     shop.conversation = "conv-o-1"
     shop.deferred = bus.send(ShipOrder(order_id="o-2"), correlation_id="conv-o-2")
     for event in ("picked", "lost", "delivered"):

@@ -1,5 +1,5 @@
 """The dashboard in a real browser (Debian's Chromium through Playwright) against Azurite: each
-page loads and shows what the shop's traffic left (tests/operations/browser/shop.py), a failed
+page loads and shows what the shop's traffic left (tests/operations/browser/shop.py), a poisoned
 group is replayed from the page and processed once, an endpoint is paused and resumed from the
 page, a conversation is followed; read-only, the actions are absent and the API refuses them.
 
@@ -26,7 +26,7 @@ Screenshot = Callable[[Page, str], Path]
 
 
 def group(page: Page, endpoint: str) -> Locator:
-    """The failed page's group of ``endpoint`` (the shop has one per endpoint)."""
+    """The Poisoned messages page's group of ``endpoint`` (the shop has one per endpoint)."""
     return page.locator(f'[data-testid^="group-"][data-endpoint="{endpoint}"]')
 
 
@@ -48,7 +48,7 @@ def test_endpoints_page_shows_each_endpoint(page: Page, readonly: Server, shop: 
         expect(page.get_by_test_id(f"endpoint-row-{name}")).to_be_visible()
     billing, orders = page.get_by_test_id("endpoint-row-billing"), \
         page.get_by_test_id("endpoint-row-orders")
-    expect(field(billing, "poison")).to_have_text(str(len(shop.failed_orders)))
+    expect(field(billing, "poison")).to_have_text(str(len(shop.declined_orders)))
     expect(field(page.get_by_test_id("endpoint-row-tracking"), "poison")).to_have_text("1")
     expect(field(orders, "poison")).to_have_text("1")  # the undecodable body
     expect(field(orders, "depth")).not_to_have_text("0")  # three orders wait in its queue
@@ -56,7 +56,7 @@ def test_endpoints_page_shows_each_endpoint(page: Page, readonly: Server, shop: 
     expect(field(orders, "scheduled")).to_have_text("1")  # the PlaceOrder due in an hour
     expect(field(orders, "deferred")).to_have_text("1")  # the ShipOrder waiting for payment
     # Every order reached billing; the declined ones failed once, then were poisoned.
-    declined = len(shop.failed_orders)
+    declined = len(shop.declined_orders)
     expect(field(billing, "processed")).to_have_text(str(len(shop.orders) - declined))
     expect(field(billing, "failed")).to_have_text(str(declined))
     no_errors(page)
@@ -64,15 +64,15 @@ def test_endpoints_page_shows_each_endpoint(page: Page, readonly: Server, shop: 
     screenshot(page, "endpoints")
 
 
-def test_failed_page_groups_the_poison_entries(page: Page, readonly: Server, shop: Shop,
-                                               screenshot: Screenshot) -> None:
-    page.goto(readonly.url + "/failed")
+def test_poisoned_page_groups_the_poison_entries(page: Page, readonly: Server, shop: Shop,
+                                                 screenshot: Screenshot) -> None:
+    page.goto(readonly.url + "/poisoned")
     billing = group(page, "billing")
     expect(billing).to_have_count(1)
     expect(billing).to_have_attribute("data-message-type", "OrderPlaced")
     expect(billing).to_have_attribute("data-exception-type", "RuntimeError")
     expect(billing.locator('[data-testid^="group-count-"]')).to_have_text(
-        str(len(shop.failed_orders)))
+        str(len(shop.declined_orders)))
     tracking = group(page, "tracking")
     expect(tracking).to_have_attribute("data-exception-type", "Reject")
     expect(tracking.locator('[data-testid^="group-count-"]')).to_have_text("1")
@@ -82,24 +82,24 @@ def test_failed_page_groups_the_poison_entries(page: Page, readonly: Server, sho
     expect(page.get_by_test_id("replay-selected")).to_be_hidden()
     expect(page.locator('[data-testid^="group-replay-"]')).to_have_count(0)
     expect(page.locator('[data-testid^="group-select-"]:visible')).to_have_count(0)
-    screenshot(page, "failed")
+    screenshot(page, "poisoned")
 
 
-def test_a_failed_message_in_detail(page: Page, readonly: Server, shop: Shop,
-                                    screenshot: Screenshot) -> None:
-    page.goto(readonly.url + "/failed")
-    [letter] = [x for x in shop.bus.dead_letters("billing").entries()
+def test_a_poisoned_message_in_detail(page: Page, readonly: Server, shop: Shop,
+                                      screenshot: Screenshot) -> None:
+    page.goto(readonly.url + "/poisoned")
+    [letter] = [x for x in shop.bus.poisoned("billing").entries()
                 if x.entry.envelope is not None
-                and x.entry.envelope.correlation_id == f"conv-{shop.failed_orders[0]}"]
+                and x.entry.envelope.correlation_id == f"conv-{shop.declined_orders[0]}"]
     page.get_by_test_id(f"entry-show-{letter.id}").click()
-    detail = page.get_by_test_id("failed-detail")
+    detail = page.get_by_test_id("poisoned-detail")
     expect(detail).to_be_visible()
     expect(detail).to_contain_text("RuntimeError: card declined for c-declined")
     expect(detail).to_contain_text("max delivery count")  # the reason
-    expect(detail).to_contain_text(shop.failed_orders[0])  # the payload
+    expect(detail).to_contain_text(shop.declined_orders[0])  # the payload
     expect(detail).to_contain_text("replayable")
     detail.scroll_into_view_if_needed()
-    screenshot(page, "failed-detail")
+    screenshot(page, "poisoned-detail")
 
 
 def test_waiting_page_shows_sessions_deferred_and_scheduled(page: Page, readonly: Server,
@@ -131,7 +131,7 @@ def test_following_a_conversation(page: Page, readonly: Server, shop: Shop,
     expect(states).to_have_count(3)
     assert {row.get_attribute("data-state") for row in states.all()} == {"processed"}
     # an order whose card was declined: placed and packed, its billing copy poisoned
-    failed = shop.failed_orders[0]
+    failed = shop.declined_orders[0]
     page.get_by_test_id("conversation-id").fill(f"conv-{failed}")
     page.get_by_test_id("conversation-go").click()
     expect(page.locator('[data-testid="conversation-table"] tbody tr[data-state="poisoned"]')
@@ -149,23 +149,23 @@ def test_read_only_refuses_actions(page: Page, readonly: Server, shop: Shop) -> 
     api = page.request
     for path, body in (("/api/endpoints/orders/pause", {"seconds": 60, "reason": "x"}),
                        ("/api/endpoints/orders/resume", {}),
-                       ("/api/failed/billing/replay", {"ids": []}),
-                       ("/api/failed/billing/purge", {"ids": []})):
+                       ("/api/poisoned/billing/replay", {"ids": []}),
+                       ("/api/poisoned/billing/purge", {"ids": []})):
         response = api.post(readonly.url + path, data=body)
         assert response.status == 403, (path, response.status, response.text())
         assert "read-only" in response.json()["detail"]
     assert shop.bus.paused("orders") is None
-    assert shop.poisoned("billing") == len(shop.failed_orders)
+    assert shop.poisoned("billing") == len(shop.declined_orders)
 
 
 # -- actions -------------------------------------------------------------------------------
-def test_replaying_a_failed_group_processes_each_message_once(
+def test_replaying_a_poisoned_group_processes_each_message_once(
         page: Page, actions: Server, fresh_shop: Shop, screenshot: Screenshot) -> None:
     shop = fresh_shop
-    failed = len(shop.failed_orders)
-    assert [shop.charged(order) for order in shop.failed_orders] == [0] * failed
+    failed = len(shop.declined_orders)
+    assert [shop.charged(order) for order in shop.declined_orders] == [0] * failed
     shop.declined.clear()  # the card gateway accepts them now
-    page.goto(actions.url + "/failed")
+    page.goto(actions.url + "/poisoned")
     expect(page.get_by_test_id("mode")).to_have_text("actions allowed")
     billing = group(page, "billing")
     billing.locator('[data-testid^="group-select-"]').check()
@@ -184,8 +184,8 @@ def test_replaying_a_failed_group_processes_each_message_once(
     # the replayed messages go through billing once each (and nothing else is redone)
     outcomes = drain(shop.bus).total()
     assert outcomes.get("processed", 0) >= failed and "poisoned" not in outcomes
-    assert [shop.charged(order) for order in shop.failed_orders] == [1] * failed
-    assert [shop.packed(order) for order in shop.failed_orders] == [1] * failed
+    assert [shop.charged(order) for order in shop.declined_orders] == [1] * failed
+    assert [shop.packed(order) for order in shop.declined_orders] == [1] * failed
     assert shop.poisoned("billing") == 0
     page.get_by_test_id("refresh").click()
     expect(group(page, "billing")).to_have_count(0)

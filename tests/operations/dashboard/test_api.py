@@ -1,5 +1,5 @@
 """The dashboard's JSON API (bus.operations.dashboard) through FastAPI's TestClient, against
-Azurite: endpoints, failed messages replayed exactly once and purged, pause and resume,
+Azurite: endpoints, poisoned messages replayed exactly once and purged, pause and resume,
 deferred and sessions, and every action refused in read-only mode."""
 
 from __future__ import annotations
@@ -115,54 +115,54 @@ def test_the_poller_takes_one_reading_for_concurrent_askers() -> None:
     assert failing.value is None and failing.error and "ZeroDivisionError" in failing.error
 
 
-def test_a_failed_group_replayed_through_the_api_is_processed_once(bus: Bus,
-                                                                  client: TestClient) -> None:
+def test_a_poisoned_group_replayed_through_the_api_is_processed_once(
+        bus: Bus, client: TestClient) -> None:
     poison(bus, "o1", "o2", "o3")
-    [group] = client.get("/api/failed").json()["groups"]
+    [group] = client.get("/api/poisoned").json()["groups"]
     assert (group["endpoint"], group["message_type"], group["exception_type"], group["count"]) \
         == ("payments", "tests.operations.dashboard.shop.Charge", "RuntimeError", 3) or \
         (group["endpoint"], group["exception_type"], group["count"]) == \
         ("payments", "RuntimeError", 3)
     assert group["first_seen"] <= group["last_seen"] and len(group["ids"]) == 3
-    assert {e["token"] for e in group["entries"]} == {"parked"}
-    detail = client.get(f"/api/failed/payments/{group['ids'][0]}").json()
+    assert {e["token"] for e in group["entries"]} == {"poisoned"}
+    detail = client.get(f"/api/poisoned/payments/{group['ids'][0]}").json()
     assert detail["exception"].startswith("RuntimeError: gateway down for o")
-    assert detail["dequeue_count"] == 2 and detail["token"] == "parked"
+    assert detail["dequeue_count"] == 2 and detail["token"] == "poisoned"
     assert '"amount":5' in detail["payload_text"].replace(" ", "")
     assert detail["envelope"]["destination"] == "payments" and detail["replayable"]
     shop.FAILING["on"] = False  # the gateway is back
-    replayed = client.post("/api/failed/payments/replay",
+    replayed = client.post("/api/poisoned/payments/replay",
                            json={"ids": group["ids"], "count": 3}).json()
     assert replayed == {"results": dict.fromkeys(group["ids"], "replayed"), "replayed": 3,
                         "missing": []}
     assert drain(bus).total() == {"processed": 3}
     assert [shop.times(bus, "payments", o, "charge") for o in ("o1", "o2", "o3")] == [1, 1, 1]
-    assert client.get("/api/failed").json()["groups"] == []
-    again = client.post("/api/failed/payments/replay", json={"ids": group["ids"], "count": 3})
+    assert client.get("/api/poisoned").json()["groups"] == []
+    again = client.post("/api/poisoned/payments/replay", json={"ids": group["ids"], "count": 3})
     assert again.json()["replayed"] == 0 and again.json()["missing"] == sorted(group["ids"])
     assert drain(bus).total() == {}
 
 
 def test_an_action_must_carry_the_count_it_confirmed(bus: Bus, client: TestClient) -> None:
     poison(bus, "o1", "o2")
-    [group] = client.get("/api/failed").json()["groups"]
+    [group] = client.get("/api/poisoned").json()["groups"]
     for body in ({"ids": group["ids"], "count": 1}, {"ids": group["ids"][:1], "count": 2},
                  {"ids": [group["ids"][0]] * 2, "count": 2}, {"ids": group["ids"]}):
         for action in ("replay", "purge"):
-            response = client.post(f"/api/failed/payments/{action}", json=body)
+            response = client.post(f"/api/poisoned/payments/{action}", json=body)
             assert response.status_code in (400, 422), (action, body)
-    assert client.get("/api/failed").json()["groups"][0]["count"] == 2  # nothing done
+    assert client.get("/api/poisoned").json()["groups"][0]["count"] == 2  # nothing done
 
 
 def test_purge_removes_entries_and_their_tokens(bus: Bus, client: TestClient) -> None:
     poison(bus, "o1", "o2")
-    [group] = client.get("/api/failed").json()["groups"]
+    [group] = client.get("/api/poisoned").json()["groups"]
     gone, kept = group["ids"]
-    purged = client.post("/api/failed/payments/purge", json={"ids": [gone], "count": 1}).json()
+    purged = client.post("/api/poisoned/payments/purge", json={"ids": [gone], "count": 1}).json()
     assert purged == {"purged": [gone], "missing": []}
-    [left] = client.get("/api/failed").json()["groups"]
+    [left] = client.get("/api/poisoned").json()["groups"]
     assert left["ids"] == [kept]
-    assert client.get(f"/api/failed/payments/{gone}").status_code == 404
+    assert client.get(f"/api/poisoned/payments/{gone}").status_code == 404
 
 
 def test_pause_and_resume(bus: Bus, client: TestClient) -> None:
@@ -216,7 +216,7 @@ def post_routes(client: TestClient) -> list[str]:
 
 def test_read_only_refuses_every_action(bus: Bus, readonly: TestClient) -> None:
     poison(bus, "o1")
-    [group] = readonly.get("/api/failed").json()["groups"]
+    [group] = readonly.get("/api/poisoned").json()["groups"]
     paths = post_routes(readonly)
     assert len(paths) == 7, paths  # pause, resume, replay, purge, release, skip, close
     paths.append("/api/a-route-added-later")  # the guard stands in front of every route
@@ -227,8 +227,8 @@ def test_read_only_refuses_every_action(bus: Bus, readonly: TestClient) -> None:
         assert response.status_code == 403, path
         assert "--allow-actions" in response.json()["detail"]
     for method in ("put", "patch", "delete"):  # any other method that is not a read
-        assert getattr(readonly, method)("/api/failed/payments/x").status_code == 403
-    assert readonly.get("/api/failed").json()["groups"][0]["count"] == 1  # nothing done
+        assert getattr(readonly, method)("/api/poisoned/payments/x").status_code == 403
+    assert readonly.get("/api/poisoned").json()["groups"][0]["count"] == 1  # nothing done
     assert bus.paused("payments") is None
 
 
@@ -242,7 +242,7 @@ def test_actions_from_another_site_are_refused(client: TestClient) -> None:
 
 
 def test_pages_and_the_openapi_document(client: TestClient) -> None:
-    for path, marker in (("/", 'id="endpoints-table"'), ("/failed", 'id="confirm-dialog"'),
+    for path, marker in (("/", 'id="endpoints-table"'), ("/poisoned", 'id="confirm-dialog"'),
                          ("/waiting", 'id="sessions-table"'),
                          ("/conversation", 'id="conversation-picture"')):
         page = client.get(path)
@@ -250,7 +250,7 @@ def test_pages_and_the_openapi_document(client: TestClient) -> None:
         assert "/static/vendor/alpinejs/cdn.min.js" in page.text
         assert "https://" not in page.text  # nothing from a CDN: it works offline
     document = client.get("/api/openapi.json").json()
-    assert {"/api/endpoints", "/api/failed", "/api/failed/{endpoint}/replay",
+    assert {"/api/endpoints", "/api/poisoned", "/api/poisoned/{endpoint}/replay",
             "/api/conversation", "/api/scheduled"} <= set(document["paths"])
     assert "/" not in document["paths"]  # pages are not API
     assert client.get("/api/docs").status_code == 200

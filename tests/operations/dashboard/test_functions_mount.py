@@ -57,7 +57,7 @@ def test_the_documented_function_serves_the_dashboard_behind_easy_auth(
     settings = call(function, "GET", "/api/dashboard/api/settings", PRINCIPAL)
     assert settings.status_code == 200
     assert b'"allow_actions":false' in settings.get_body()
-    page = call(function, "GET", "/api/dashboard/failed", PRINCIPAL)
+    page = call(function, "GET", "/api/dashboard/poisoned", PRINCIPAL)
     assert page.status_code == 200 and page.mimetype.startswith("text/html")
     text = page.get_body().decode()
     assert 'content="/api/dashboard/api"' in text  # the pages fetch under the mount
@@ -67,7 +67,7 @@ def test_the_documented_function_serves_the_dashboard_behind_easy_auth(
     refused = call(function, "POST", "/api/dashboard/api/endpoints/orders/pause", PRINCIPAL,
                    b'{"seconds": 60}')
     assert refused.status_code == 403  # read-only unless BUS_DASHBOARD_ACTIONS=true
-    for path in ("/api/dashboard/", "/api/dashboard/api/failed"):
+    for path in ("/api/dashboard/", "/api/dashboard/api/poisoned"):
         assert call(function, "GET", path).status_code == 401  # not through Easy Auth
 
 

@@ -110,13 +110,13 @@ function endpointsPage() {
   };
 }
 
-function failedPage() {
+function poisonedPage() {
   return {
     ...base(), data: null, selected: {}, detail: null, pending: null, dropExpiry: false,
     async init() { await this.loadSettings(); await this.load(); },
     async load() {
       try {
-        this.data = await api("/failed");
+        this.data = await api("/poisoned");
         const errors = Object.entries(this.data.errors).map(([k, v]) => `${k}: ${v}`);
         this.error = errors.join("; ");
         this.prune();
@@ -153,7 +153,7 @@ function failedPage() {
       if (!this.pending) return "";
       const where = Object.entries(this.pending.byEndpoint).map(([e, ids]) => `${ids.length} at ${e}`).join(", ");
       const what = this.pending.action === "replay"
-        ? "Replay %n failed message(s)? Each is processed once." : "Purge %n failed message(s) for good?";
+        ? "Replay %n poisoned message(s)? Each is processed once." : "Purge %n poisoned message(s) for good?";
       return `${what.replace("%n", this.pending.count)} (${where})`;
     },
     cancel() { this.pending = null; document.getElementById("confirm-dialog").close(); },
@@ -166,7 +166,7 @@ function failedPage() {
         const body = { ids, count: ids.length };
         if (action === "replay") body.drop_expiry = this.dropExpiry;
         try {
-          const result = await post(`/failed/${encodeURIComponent(endpoint)}/${action}`, body);
+          const result = await post(`/poisoned/${encodeURIComponent(endpoint)}/${action}`, body);
           const done = action === "replay" ? result.replayed : result.purged.length;
           lines.push(`${endpoint}: ${done} ${action === "replay" ? "replayed" : "purged"}` +
                      (result.missing.length ? `, ${result.missing.length} no longer there` : ""));
@@ -179,7 +179,7 @@ function failedPage() {
     },
     async show(endpoint, id) {
       try {
-        this.detail = await api(`/failed/${encodeURIComponent(endpoint)}/${encodeURIComponent(id)}`);
+        this.detail = await api(`/poisoned/${encodeURIComponent(endpoint)}/${encodeURIComponent(id)}`);
       } catch (e) { this.error = e.message; }
     },
   };
@@ -201,7 +201,7 @@ function waitingPage() {
     },
     async act(action, s) {
       const text = action === "close"
-        ? `Close session ${s.session} of ${s.endpoint}? Its ${s.waiting} waiting message(s) and any later ones go to the dead-letter queue.`
+        ? `Close session ${s.session} of ${s.endpoint}? Its ${s.waiting} waiting message(s) and any later ones go to the poison queue.`
         : `Skip the gap of session ${s.session} of ${s.endpoint}? Its waiting messages go on without the missing ones.`;
       if (!window.confirm(text)) return;
       try {

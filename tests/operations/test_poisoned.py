@@ -1,4 +1,4 @@
-"""Dead letters: list, replay exactly once, purge - on the in-memory backend and Azurite,
+"""Poisoned messages: list, replay exactly once, purge - on the in-memory backend and Azurite,
 and the ``python -m bus dlq`` commands against Azurite."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from bus import Bus
 from bus.adapters.memory import Fault, InMemoryStorage, NoFaults
 from bus.operations.cli import main
-from bus.protocol.poison.deadletters import ReplayResult
+from bus.protocol.poison.poisoned import ReplayResult
 from bus.protocol.poison.queue import PoisonQueue
 from bus.protocol.safeguards import Safeguards
 from bus.protocol.tokens.inbox import TokenState
@@ -43,18 +43,18 @@ def charged(bus: Bus, order_id: str) -> int:
 def poisoned(bus: Bus, order_id: str) -> str:
     bus.send(Charge(order_id=order_id, amount=7))
     assert drain(bus, fail_fast=False).total() == {"poisoned": 1}
-    [letter] = bus.dead_letters("payments").entries()
-    assert letter.token is TokenState.PARKED and letter.replayable
+    [letter] = bus.poisoned("payments").entries()
+    assert letter.token is TokenState.POISONED and letter.replayable
     assert letter.entry.exception == f"RuntimeError: gateway down for {order_id}"
     assert letter.entry.dequeue_count == 2 and "max delivery count" in letter.entry.reason
     return letter.id
 
 
-def test_replay_processes_a_dead_letter_exactly_once(storage: Storage, prefix: str) -> None:
+def test_replay_processes_a_poisoned_message_exactly_once(storage: Storage, prefix: str) -> None:
     bus = dlq_app.build(storage, prefix)
     entry = poisoned(bus, "o1")
     dlq_app.FAILING["on"] = False  # the gateway is back
-    letters = bus.dead_letters("payments")
+    letters = bus.poisoned("payments")
     assert letters.replay({entry}) == {entry: ReplayResult.REPLAYED}
     assert letters.replay() == {}  # the entry is gone: a second replay finds nothing
     assert drain(bus).total() == {"processed": 1}
@@ -64,11 +64,11 @@ def test_replay_processes_a_dead_letter_exactly_once(storage: Storage, prefix: s
 @pytest.mark.parametrize("swap", [True, False], ids=["swapped", "break-resend-without-swap"])
 def test_a_replay_between_a_poisonings_entry_and_its_park_loses_nothing(
         storage: Storage, prefix: str, swap: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A poisoning writes its entry, then parks the token by the ETag it read before; a replay
+    """A poisoning writes its entry, then poisons the token by the ETag it read before; a replay
     that runs in between finds the token live, sends a copy and removes the entry. It rewrites
-    the token live first (a new ETag), so the park fails and the copy is processed: once.
-    Without that (the "resend-without-swap" break) the park lands, the copy is dropped as
-    parked and the entry is gone: the message is lost."""
+    the token live first (a new ETag), so poisoning the token fails and the copy is processed:
+    once. Without that (the "resend-without-swap" break) the token is poisoned, the copy is
+    dropped and the entry is gone: the message is lost."""
     app = dlq_app.build(storage, prefix)
     bus = seamed_bus(Seams(safeguards=Safeguards(swap_before_resend=swap)), storage,
                      list(app.topology.endpoints.values()), prefix=prefix,
@@ -78,21 +78,21 @@ def test_a_replay_between_a_poisonings_entry_and_its_park_loses_nothing(
 
     def put_then_replay(queue: PoisonQueue, *args: Any, **kwargs: Any) -> None:
         written(queue, *args, **kwargs)
-        if not replays:  # the operator replays between the entry and the park
+        if not replays:  # the operator replays between the entry and the token write
             dlq_app.FAILING["on"] = False
-            replays.append(bus.dead_letters("payments").replay())
+            replays.append(bus.poisoned("payments").replay())
 
     monkeypatch.setattr(PoisonQueue, "put", put_then_replay)
     bus.send(Charge(order_id="o9", amount=7))
     drain(bus, fail_fast=False)
     assert list(replays[0].values()) == [ReplayResult.RESENT]
-    assert bus.dead_letters("payments").entries() == []
+    assert bus.poisoned("payments").entries() == []
     if swap:
         assert charged(bus, "o9") == 1
         assert bus.parts.inbox.all("payments") == []
-    else:  # the break: parked for good, nothing left to replay
+    else:  # the break: poisoned for good, nothing left to replay
         assert charged(bus, "o9") == 0
-        assert [t.state for t in bus.parts.inbox.all("payments")] == [TokenState.PARKED]
+        assert [t.state for t in bus.parts.inbox.all("payments")] == [TokenState.POISONED]
 
 
 def test_an_interrupted_replay_resends_and_a_stale_entry_is_dropped(storage: Storage,
@@ -100,20 +100,20 @@ def test_an_interrupted_replay_resends_and_a_stale_entry_is_dropped(storage: Sto
     bus = dlq_app.build(storage, prefix)
     entry = poisoned(bus, "o2")
     dlq_app.FAILING["on"] = False
-    # A replay that died after unparking the token: the entry is still there, the token live.
-    [letter] = bus.dead_letters("payments").entries()
+    # A replay that died after reviving the token: the entry is still there, the token live.
+    [letter] = bus.poisoned("payments").entries()
     assert letter.entry.envelope is not None
     token = bus.parts.inbox.read("payments", letter.entry.envelope.attempt_id)
-    assert token is not None and bus.parts.inbox.unpark(token, 0.0)
-    assert bus.dead_letters("payments").replay() == {entry: ReplayResult.RESENT}
+    assert token is not None and bus.parts.inbox.revive(token, 0.0)
+    assert bus.poisoned("payments").replay() == {entry: ReplayResult.RESENT}
     bus.storage.queues.send(bus.names.queue("payments"), letter.entry.original_body)  # a copy
     assert drain(bus).total() == {"processed": 1, "duplicate": 1}
     assert charged(bus, "o2") == 1
     # An entry whose message was processed since is stale: replaying removes it, sends nothing.
     bus.parts.poison_queue("payments").put(letter.entry.original_body, reason="again",
-                                     dequeue_count=1, now=0.0, envelope=letter.entry.envelope)
-    [again] = bus.dead_letters("payments").entries()
-    assert bus.dead_letters("payments").replay() == {again.id: ReplayResult.STALE}
+                           dequeue_count=1, now=0.0, envelope=letter.entry.envelope)
+    [again] = bus.poisoned("payments").entries()
+    assert bus.poisoned("payments").replay() == {again.id: ReplayResult.STALE}
     assert bus.storage.queues.depth(bus.names.queue("payments")) == 0
 
 
@@ -127,9 +127,9 @@ def test_a_signal_the_host_moved_is_adopted_and_replayed(storage: Storage,
     # The Functions host copies a message it gave up on to <queue>-poison unchanged.
     bus.storage.queues.send(bus.names.poison_queue("payments"), message.body)
     bus.storage.queues.delete(bus.names.queue("payments"), message)
-    [letter] = bus.dead_letters("payments").entries()  # adopted: an entry of the bus's own
-    assert "by the host" in letter.entry.reason and letter.token is TokenState.PARKED
-    assert bus.dead_letters("payments").replay() == {letter.id: ReplayResult.REPLAYED}
+    [letter] = bus.poisoned("payments").entries()  # adopted: an entry of the bus's own
+    assert "by the host" in letter.entry.reason and letter.token is TokenState.POISONED
+    assert bus.poisoned("payments").replay() == {letter.id: ReplayResult.REPLAYED}
     assert drain(bus).total() == {"processed": 1}
     assert charged(bus, "o3") == 1
 
@@ -137,9 +137,9 @@ def test_a_signal_the_host_moved_is_adopted_and_replayed(storage: Storage,
 def test_purge_removes_the_entry_and_its_parked_token(storage: Storage, prefix: str) -> None:
     bus = dlq_app.build(storage, prefix)
     entry = poisoned(bus, "o4")
-    [letter] = bus.dead_letters("payments").entries()
-    assert bus.dead_letters("payments").purge({entry}) == [entry]
-    assert bus.dead_letters("payments").entries() == []
+    [letter] = bus.poisoned("payments").entries()
+    assert bus.poisoned("payments").purge({entry}) == [entry]
+    assert bus.poisoned("payments").entries() == []
     dlq_app.FAILING["on"] = False
     bus.storage.queues.send(bus.names.queue("payments"), letter.entry.original_body)
     assert drain(bus).total() == {"duplicate": 1}  # a late copy of a purged message does nothing
@@ -169,9 +169,9 @@ def test_a_failed_release_hides_only_its_own_entry() -> None:
     bus.send(Charge(order_id="o6", amount=6))
     assert drain(bus, fail_fast=False).total() == {"poisoned": 2}
     hooks.armed = True
-    assert len(bus.dead_letters("payments").entries()) == 1
+    assert len(bus.poisoned("payments").entries()) == 1
     assert not hooks.armed
-    assert len(bus.dead_letters("payments").entries()) == 1
+    assert len(bus.poisoned("payments").entries()) == 1
 
 
 @pytest.mark.azurite
@@ -197,7 +197,7 @@ def _run_dlq_commands(bus: Bus) -> None:
     listed = runner.invoke(main, ["dlq", "list", "payments", "--json", *app])
     assert listed.exit_code == 0, listed.output
     [row] = [json.loads(line) for line in listed.output.splitlines()]
-    assert row["id"] == entry and row["token"] == "parked" and row["message_type"] == "Charge"
+    assert row["id"] == entry and row["token"] == "poisoned" and row["message_type"] == "Charge"
     shown = runner.invoke(main, ["dlq", "show", "payments", entry, *app])
     assert shown.exit_code == 0 and "gateway down for o5" in shown.output
     assert runner.invoke(main, ["dlq", "replay", "payments", *app]).exit_code == 2  # no ids
@@ -211,4 +211,4 @@ def _run_dlq_commands(bus: Bus) -> None:
     poisoned(bus, "o6")
     purged = runner.invoke(main, ["dlq", "purge", "payments", "--all", "--yes", *app])
     assert purged.exit_code == 0 and "1 purged" in purged.output
-    assert bus.dead_letters("payments").entries() == []
+    assert bus.poisoned("payments").entries() == []

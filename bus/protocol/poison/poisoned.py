@@ -1,9 +1,9 @@
-"""Dead letters: reading, replaying and purging an endpoint's poison queue.
+"""Poisoned messages: reading, replaying and purging an endpoint's poison queue.
 
-A poisoned message's inbox token is *parked* (``inbox``): no copy of it can be processed while
+A poisoned message's inbox token is *poisoned* (``inbox``): no copy of it can be processed while
 it sits in the poison queue. Replaying is therefore exactly-once by construction:
 
-1. unpark the token (parked → live) with a compare-and-swap on its ETag - of two replays of one
+1. revive the token (poisoned → live) with a compare-and-swap on its ETag - of two replays of one
    entry, only one can do this;
 2. put the original signal back on the endpoint's queue;
 3. delete the poison entry.
@@ -14,17 +14,17 @@ receiver drops once the first is processed). A token that is gone means the mess
 processed (or purged) since: the entry is stale and is removed. Entries without an envelope
 (bodies that were never a message) cannot be replayed; purge them.
 
-A token found live (or pending, or parked as a presumed orphan) is rewritten live in step 1 all
-the same, by the same compare-and-swap: a poisoning writes its entry first and parks the token
+A token found live (or pending, or poisoned as a presumed orphan) is rewritten live in step 1 all
+the same, by the same compare-and-swap: a poisoning writes its entry first and poisons the token
 afterwards, by the ETag it read before the entry (``poisoning``), so a replay of that entry in
-between makes the park fail. Were the park to land after the copy is sent and the entry
-deleted, the token would be parked with nothing left to replay it, and the copy dropped.
+between makes poisoning the token fail. Were it to land after the copy is sent and the entry
+deleted, the token would be poisoned with nothing left to replay it, and the copy dropped.
 
 The Functions host moves a message to the poison queue itself when its function raised on
 the last delivery allowed: unchanged - a signal, or a whole bundle - without a reason, its
 tokens still live, and (like any message the host sends) expiring after 7 days. Every
 operation here first **adopts** such messages (``adopt``; maintenance runs it too): one entry
-of the bus's own per signal, with its envelope, its token parked, never expiring - then it
+of the bus's own per signal, with its envelope, its token poisoned, never expiring - then it
 is listed, replayed and purged like any other.
 
 A replay re-sends the signal as it was sent: without the delivery count a copy put back by the
@@ -36,7 +36,7 @@ A message poisoned because its time-to-live ended (reason ``expired: ...``) keep
 handled after all, replay it with ``drop_expiry``: the signal is sent without ``expires_at``
 (signed again with the app's key when it was signed: the signature covers the field).
 
-Purging deletes the entry and, when its token is parked, the token and its claim-check
+Purging deletes the entry and, when its token is poisoned, the token and its claim-check
 payload: any late copy of the message is then a duplicate.
 """
 
@@ -75,7 +75,7 @@ _ROUNDS = 5
 
 
 @dataclass(frozen=True)
-class DeadLetter:
+class PoisonedMessage:
     """One poison queue entry, with the id that names it in this queue."""
 
     id: str
@@ -88,14 +88,14 @@ class DeadLetter:
 
 
 class ReplayResult(str, enum.Enum):
-    REPLAYED = "replayed"  # the token was parked: it is live again and the signal is queued
+    REPLAYED = "replayed"  # the token was poisoned: it is live again and the signal is queued
     RESENT = "resent"  # an earlier replay was interrupted: the signal is queued again
     STALE = "stale"  # the message was processed or purged since: the entry was removed
     NOT_A_MESSAGE = "not a message"  # nothing to replay (kept; purge it)
     MISMATCHED = "mismatched"  # its body is not the message its envelope names (kept; purge it)
 
 
-class DeadLetters:
+class PoisonedMessages:
     """The poison queue of one endpoint."""
 
     def __init__(self, *, endpoint: str, names: Names, queues: Queues, inbox: Inbox,
@@ -136,10 +136,10 @@ class DeadLetters:
             self._release(ours)
         return adopted
 
-    def entries(self) -> list[DeadLetter]:
+    def entries(self) -> list[PoisonedMessage]:
         """Every entry, oldest first (entries are leased briefly while read)."""
         with self._leased() as entries:
-            return [self._letter(m, e) for m, e in entries]
+            return [self._listed(m, e) for m, e in entries]
 
     def replay(self, ids: set[str] | None = None, *,
                drop_expiry: bool = False) -> dict[str, ReplayResult]:
@@ -154,7 +154,7 @@ class DeadLetters:
         return results
 
     def purge(self, ids: set[str] | None = None) -> list[str]:
-        """Delete the entries named by ``ids`` (all when None), their parked tokens and
+        """Delete the entries named by ``ids`` (all when None), their poisoned tokens and
         payloads; returns the ids purged."""
         purged: list[str] = []
         with self._leased() as entries:
@@ -163,7 +163,7 @@ class DeadLetters:
                     continue
                 if entry.envelope is not None:
                     token = self._inbox.read(self.endpoint, entry.envelope.attempt_id)
-                    if token is not None and verdict(token) is Verdict.PARKED:
+                    if token is not None and verdict(token) is Verdict.POISONED:
                         self._inbox.delete_if_unchanged(token)
                         if entry.envelope.payload_ref is not None and self._payloads.confined(
                                 entry.envelope, self.endpoint):
@@ -189,12 +189,12 @@ class DeadLetters:
                 self._queues.delete(self._poison, message)
                 self._writer.discard(entry)
                 return ReplayResult.STALE
-            # Live, pending or deferred: a copy is harmless. Parked: made live again. Live or
-            # pending: rewritten live all the same, so that a poisoning's park by the ETag it
+            # Live, pending or deferred: a copy is harmless. Poisoned: made live again. Live or
+            # pending: rewritten live all the same, so that a poisoning's poison by the ETag it
             # read before this entry was written fails (see the module docstring).
-            result = ReplayResult.REPLAYED if found is Verdict.PARKED else ReplayResult.RESENT
-            swap = found is Verdict.PARKED or (found is Verdict.PROCESS and self._swap_live)
-            if swap and not self._inbox.unpark(token, self._clock()):
+            result = ReplayResult.REPLAYED if found is Verdict.POISONED else ReplayResult.RESENT
+            swap = found is Verdict.POISONED or (found is Verdict.PROCESS and self._swap_live)
+            if swap and not self._inbox.revive(token, self._clock()):
                 continue  # it changed under us: look again
             self._queues.send(self._queue, body)
             self._queues.delete(self._poison, message)
@@ -214,13 +214,13 @@ class DeadLetters:
         if envelope.signature is not None:  # the signature covers expires_at
             if self._resign is None:
                 raise ValueError("dropping the expiry of a signed copy needs the app's key: "
-                                 "use Bus.dead_letters")
+                                 "use Bus.poisoned")
             lasting = self._resign(lasting)
         return encode_signal(lasting)
 
     def _matches(self, entry: PoisonEntry, envelope: Envelope) -> bool:
         """Whether the entry's body is the signal of the message its envelope names, for this
-        endpoint: a replay unparks the envelope's token and sends the body, so a forged entry
+        endpoint: a replay revives the envelope's token and sends the body, so a forged entry
         must not pair one message's token with another's body."""
         try:
             sent = decode_signal(_as_sent(entry.original_body))
@@ -230,12 +230,12 @@ class DeadLetters:
                 == (envelope.message_id, envelope.attempt_id, envelope.destination)
                 and envelope.destination == self.endpoint)
 
-    def _letter(self, message: QueueMessage, entry: PoisonEntry) -> DeadLetter:
+    def _listed(self, message: QueueMessage, entry: PoisonEntry) -> PoisonedMessage:
         state = None
         if entry.envelope is not None:
             token = self._inbox.read(self.endpoint, entry.envelope.attempt_id)
             state = token.state if token is not None else None
-        return DeadLetter(message.id, entry, state)
+        return PoisonedMessage(message.id, entry, state)
 
     def _adopt(self, message: QueueMessage) -> int:
         """One message the host put here: an entry per signal, then the message goes."""
@@ -258,7 +258,7 @@ class DeadLetters:
         self._writer.put(body, reason=HOST_REASON, dequeue_count=dequeue_count,
                          now=self._clock(), envelope=envelope)
         if token is not None and verdict(token) is Verdict.PROCESS:
-            self._inbox.park(token, self._clock())
+            self._inbox.poison(token, self._clock())
 
     @staticmethod
     def _ours(message: QueueMessage) -> bool:

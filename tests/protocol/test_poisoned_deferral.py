@@ -1,11 +1,11 @@
-"""A deferral committed while its message's token is parked is still applied.
+"""A deferral committed while its message's token is poisoned is still applied.
 
 A handler defers its message and sends a note to a full queue: the commit holds, the record
 waits in the outbox for room. If the host then gives up on the message (its function kept
-failing on the full queue) and maintenance adopts the host's copy, the token is parked while
+failing on the full queue) and maintenance adopts the host's copy, the token is poisoned while
 the committed record still has to set it aside. The next message of the partition must
 complete that record, not commit over it as if it were finished: else the deferral is lost,
-and replaying the dead letter runs the handler a second time for the same deferral - what the
+and replaying the poisoned message runs the handler a second time for the same deferral - what the
 simulation found (seed 59). On the in-memory backend and Azurite."""
 
 from __future__ import annotations
@@ -66,15 +66,15 @@ def test_a_deferral_whose_token_was_parked_meanwhile_is_applied(storage: Storage
     assert orders.poll_once() == 1  # committed (deferred, a note to send); waits for room
     assert runs == [(1, 0)]
     host_gives_up(bus, "orders")
-    bus.dead_letters("orders").adopt()
+    bus.poisoned("orders").adopt()
     [token] = [t for t in bus.parts.inbox.all() if t.endpoint == "orders"]
-    assert token.state is TokenState.PARKED
+    assert token.state is TokenState.POISONED
     drain(bus, ["notes"])  # room again
     bus.send(Ship(order_id="o1", n=2))  # the partition's next message
     drain(bus, ["orders", "notes"], fail_fast=False)
     # The first Ship's record was completed: its message is deferred, not lost.
     assert [d.message_id for d in bus.deferred("orders").list()] == [ship_id]
-    bus.dead_letters("orders").replay()  # the entry is stale now: nothing runs again
+    bus.poisoned("orders").replay()  # the entry is stale now: nothing runs again
     drain(bus, ["orders", "notes"], fail_fast=False)
     assert runs == [(1, 0), (2, 0)]
     assert bus.deferred("orders").release(ship_id)
