@@ -37,3 +37,17 @@ def test_only_consumed_and_fenced_copies_leave_their_payload_behind() -> None:
 
 def test_every_state_is_covered() -> None:
     assert {verdict(_token(state)) for state in TokenState} == set(Verdict) - {Verdict.CONSUMED}
+
+
+def test_a_token_stored_as_parked_reads_as_poisoned() -> None:
+    """Earlier versions stored the poisoned state under another name; such rows still say
+    poisoned, and nothing else unknown is accepted."""
+    from bus.protocol.tokens.inbox import STORED_BEFORE
+    from bus.protocol.tokens.inbox import _token as read_row
+    from bus.storage import Entity
+
+    row = read_row(Entity("orders", "a1", {"state": STORED_BEFORE, "message_id": "m1"}, "etag"))
+    assert row.state is TokenState.POISONED and verdict(row) is Verdict.POISONED
+    assert TokenState("poisoned") is TokenState.POISONED
+    with pytest.raises(ValueError):
+        TokenState("dead")

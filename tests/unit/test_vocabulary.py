@@ -24,6 +24,8 @@ OTHER_BROKERS = re.compile(
 """A line naming one of these speaks of that broker's feature (or of the CLI named after it)."""
 
 SKIPPED = {"CHANGELOG.md", "tests/unit/test_vocabulary.py"}  # history; this file's own list
+STORED = ('bus/protocol/tokens/inbox.py', 'STORED_BEFORE = "parked"')
+"""The one place the old word stays: the token state earlier versions stored, read back."""
 
 
 def tracked() -> list[Path]:
@@ -42,7 +44,8 @@ def uses() -> list[str]:
             continue
         previous = ""
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            exempt = OTHER_BROKERS.search(line) or OTHER_BROKERS.search(previous)
+            exempt = (OTHER_BROKERS.search(line) or OTHER_BROKERS.search(previous)
+                      or (path.relative_to(ROOT).as_posix(), line) == STORED)
             previous = line
             if exempt:
                 continue

@@ -62,7 +62,11 @@ class TokenState(str, enum.Enum):
     @classmethod
     def _missing_(cls, value: object) -> TokenState | None:
         # Rows written before the state took the name it has everywhere else.
-        return cls.POISONED if value == "poisoned" else None
+        return cls.POISONED if value == STORED_BEFORE else None
+
+
+STORED_BEFORE = "parked"
+"""What earlier versions stored for ``POISONED``: read as poisoned, never written."""
 
 
 @dataclass(frozen=True)
