@@ -17,11 +17,12 @@ request as the partition's outbox slot, instead of one request per ``ctx.state.g
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from bus.context import Context
+from bus.coroutines import completed, is_async
 from bus.errors import ConfigurationError
 from bus.messages import Command, Event, Message
 from bus.middleware import Middleware
@@ -29,7 +30,9 @@ from bus.naming import check_endpoint
 from bus.retry import DEFAULT_RETRY, RetryPolicy
 
 M = TypeVar("M", bound=Message)
-HandlerFn = Callable[[M, Context], None]
+HandlerFn = Callable[[M, Context], "Awaitable[None] | None"]
+"""A handler: a plain function, or an ``async def`` one (awaited to its end:
+``bus.coroutines``)."""
 
 
 @dataclass(frozen=True)
@@ -104,12 +107,23 @@ class Endpoint:
             raise ConfigurationError(
                 f"{self.name}: session= for {contract.message_type} must be a function from "
                 f"the message to its session key, got {session!r}")
+        for option, function in (("partition", partition), ("reads", reads),
+                                 ("session", session)):
+            if is_async(function):
+                raise ConfigurationError(
+                    f"{self.name}: {option}= for {contract.message_type} is an async function; "
+                    "it must be a plain one (the key is needed before the handler runs)")
         if contract.message_type in self.routes:
             raise ConfigurationError(
                 f"{self.name}: {contract.message_type} already has a handler")
 
         def register(handler: HandlerFn[M]) -> HandlerFn[M]:
-            self.routes[contract.message_type] = Route(contract, handler, partition,
+            if not callable(handler):
+                raise ConfigurationError(
+                    f"{self.name}: the handler for {contract.message_type} must be a function "
+                    f"(message, ctx), got {handler!r}")
+            # An ``async def`` handler (or one returning an awaitable) is awaited to its end.
+            self.routes[contract.message_type] = Route(contract, completed(handler), partition,
                                                        retry or self.retry, reads, session)
             return handler
 
@@ -146,6 +160,10 @@ def check_middleware(owner: str, middleware: Sequence[object]) -> tuple[Middlewa
             raise ConfigurationError(
                 f"{owner}: middleware must be instances of bus.Middleware (subclass it and "
                 f"override handle and/or send), got {item!r}")
+        if is_async(item.handle) or is_async(item.send):
+            raise ConfigurationError(
+                f"{owner}: {type(item).__name__}.handle and .send must be plain methods, not "
+                "async ones (they call call_next, which runs the handler to its end)")
         checked.append(item)
     return tuple(checked)
 

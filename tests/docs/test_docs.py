@@ -42,7 +42,8 @@ def test_settlement_md_has_its_examples() -> None:
     ("settlement.md", "middleware"), ("settlement.md", "deferral"),
     ("settlement.md", "back-pressure"), ("operating.md", "maintenance"),
     ("operating.md", "routes"), ("operating.md", "read-state"),
-    ("sessions.md", "sessions"), ("observability.md", "tracing")])
+    ("sessions.md", "sessions"), ("observability.md", "tracing"),
+    ("functions.md", "async-handler")])
 def test_examples_run(azurite_connection: str, prefix: str, doc: str, title: str) -> None:
     program = examples(doc)[title]
     exec(program, {"STORAGE": AzureStorage.from_connection_string(azurite_connection),

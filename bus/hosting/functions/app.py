@@ -21,6 +21,7 @@ import azure.durable_functions as df
 import azure.functions as func
 
 from bus.bus import Bus
+from bus.coroutines import handed_off_from
 from bus.endpoint import Endpoint
 from bus.errors import ConfigurationError
 from bus.hosting.functions.config import AppConfig
@@ -29,7 +30,7 @@ from bus.hosting.maintenance import maintenance_pass
 from bus.messages import Message
 from bus.observability import Telemetry
 from bus.observability.depth import QueueDepths
-from bus.protocol.delivery import Handoff
+from bus.protocol.delivery import Delivery, Handoff
 from bus.protocol.records import RecordKey
 from bus.settings import Settings
 from bus.topology import Readers
@@ -151,10 +152,16 @@ class BusFunctions(df.Blueprint):  # type: ignore[misc]
                                inline_dispatch_max=self.config.inline_dispatch_max)
         executor = self.delivery_executor
 
+        def deliver(loop: asyncio.AbstractEventLoop, body: bytes, dequeue_count: int,
+                    trace: Mapping[str, str] | None) -> Delivery:
+            with handed_off_from(loop):  # async handlers run on the worker's event loop
+                return trigger.deliver(body, dequeue_count, trace)
+
         async def run(msg: func.QueueMessage, client: df.DurableOrchestrationClient,
                       context: func.Context) -> None:
-            delivery = await asyncio.get_running_loop().run_in_executor(
-                executor, trigger.deliver, msg.get_body(), msg.dequeue_count or 1,
+            loop = asyncio.get_running_loop()
+            delivery = await loop.run_in_executor(
+                executor, deliver, loop, msg.get_body(), msg.dequeue_count or 1,
                 invocation_trace(context))
             for handoff in delivery.handoffs:  # a bundle's signals may leave several
                 await start_dispatch(client, handoff)
