@@ -22,6 +22,9 @@ from bus.errors import NamingError
 RESERVED_PREFIX = "~"
 """Keys starting with it in an endpoint's state table are the bus's own (its outbox slot,
 session rows, statistics): a handler's state keys may not."""
+RESERVED_PARTITION_PREFIX = "~bus."
+"""Partitions of an endpoint's state table starting with it are the bus's own (statistics,
+removed a day at a time): a message whose partition key starts with it is poisoned."""
 ENDPOINT_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 PREFIX_PATTERN = re.compile(r"^([a-z][a-z0-9]{0,15})?$")
 MAX_QUEUE = 63 - len("-poison")

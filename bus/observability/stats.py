@@ -28,11 +28,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
+from bus.naming import RESERVED_PARTITION_PREFIX
 from bus.storage import Entity, StorageError, TableOp, Tables
 
 log = logging.getLogger(__name__)
 
-PARTITION = "~bus.stats."
+PARTITION = RESERVED_PARTITION_PREFIX + "stats."
 _PROCESSED = frozenset({"processed"})
 _FAILED = frozenset({"retry", "error"})
 _POISONED = frozenset({"poisoned", "expired"})

@@ -26,7 +26,7 @@ from bus.endpoint import Endpoint, Route
 from bus.envelope import BadSignal, Envelope, decode_signal
 from bus.errors import PayloadError, StateError
 from bus.messages import Message
-from bus.naming import RESERVED_PREFIX
+from bus.naming import RESERVED_PARTITION_PREFIX, RESERVED_PREFIX
 from bus.protocol.copies.courier import due_in
 from bus.protocol.copies.payloads import Payloads
 from bus.protocol.copies.sealing import Sealer
@@ -247,6 +247,9 @@ class EndpointRouting:
             raise BadSignal(str(exc)) from exc
         except Exception as exc:
             raise BadSignal(f"the partition function raised {exc!r}") from exc
+        if partition.startswith(RESERVED_PARTITION_PREFIX):
+            raise BadSignal(f"partition key {partition[:80]!r} is reserved: keys starting with "
+                            f"{RESERVED_PARTITION_PREFIX!r} name the bus's own partitions")
         return Admitted(envelope, route, message, partition,
                         _reads(route, message, self._limits),
                         _session(route, message, envelope, self._limits))
