@@ -57,15 +57,21 @@ class Addressing:
                   causation_id: str | None, headers: Mapping[str, str] | None = None,
                   to: str | None = None, delay: float = 0.0,
                   ttl: float | None = None,
-                  sequencer: Sequencer | None = None) -> list[Envelope]:
+                  sequencer: Sequencer | None = None,
+                  check_room: Callable[[str], None] | None = None) -> list[Envelope]:
         """The copies of ``message``; ``delay`` seconds > 0 schedules their delivery, ``ttl``
         seconds > 0 ends their time-to-live that long after they are due (None: never). A
         copy for a handler with sessions carries its session key and, with a ``sequencer``,
-        its stream and sequence number (``bus.protocol.sessions.order``)."""
+        its stream and sequence number (``bus.protocol.sessions.order``). ``check_room`` is
+        called for every destination before any copy is numbered: a send it refuses takes no
+        number."""
         if delay < 0:
             raise ValueError(f"delay must be 0 or more seconds, not {delay}")
         check_ttl(ttl)
         destinations, topic = self._destinations(message, to)
+        if check_room is not None:
+            for destination in destinations:
+                check_room(destination)
         data = self._serializer.dumps(message)
         text, encoding = payload_text(data, self._serializer.text)
         now = self._clock()

@@ -57,7 +57,9 @@ class Client:
                                   delay=delay, ttl=ttl)
 
         def token_and_signal(out: Outgoing) -> None:
-            self.parts.sender.send(self._envelopes(out, correlation_id))
+            # Room first, then numbers: a send refused for a full queue takes none.
+            self.parts.sender.send(self._envelopes(out, correlation_id, room_checked=True),
+                                   room_checked=True)
 
         with _provisioned(), self._sending_span(outgoing, correlation_id):
             self._through_middleware(outgoing, token_and_signal)
@@ -217,15 +219,17 @@ class Client:
                                        message_type=message.message_type)
 
     def _envelopes(self, out: Outgoing, correlation_id: str | None, *,
-                   numbered: bool = True) -> list[Envelope]:
+                   numbered: bool = True, room_checked: bool = False) -> list[Envelope]:
         """The copies of a client send, as the sending middleware left it; those for handlers
         with sessions numbered in the client's streams (``bus.protocol.send.counters``) unless
-        ``numbered`` is False."""
+        ``numbered`` is False. ``room_checked``: every destination's room is checked before
+        a number is taken (QueueFull)."""
         return self.parts.addressing(self.parts.settings.client_name).envelopes(
             out.message, message_id=out.message_id,
             correlation_id=correlation_id or out.message_id, causation_id=None,
             headers=out.headers, to=out.to, delay=out.delay, ttl=out.ttl,
-            sequencer=self.parts.counters.next if numbered else None)
+            sequencer=self.parts.counters.next if numbered else None,
+            check_room=self.parts.courier.check_room if room_checked else None)
 
 
 @contextlib.contextmanager

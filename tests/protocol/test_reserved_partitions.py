@@ -11,6 +11,7 @@ from bus.observability import stats
 from bus.settings import Settings
 from bus.testing import InMemoryStorage, drain
 
+
 class Note(Command):
     key: str  # from user data: a hostile one names a partition of the bus's own
     text: str

@@ -40,10 +40,13 @@ class Sender:
         self.repaired = 0
         """Copies a group's flush left undone, finished alone (statistics; not locked)."""
 
-    def send(self, envelopes: list[Envelope]) -> None:
-        """Raises QueueFull before anything is written when a destination's queue is full."""
-        for envelope in envelopes:
-            self._courier.check_room(envelope.destination)
+    def send(self, envelopes: list[Envelope], *, room_checked: bool = False) -> None:
+        """Raises QueueFull before anything is written when a destination's queue is full -
+        unless the caller checked every destination already (``room_checked``: it numbered
+        the copies afterwards, so they go out whatever the depth reads now)."""
+        if not room_checked:
+            for envelope in envelopes:
+                self._courier.check_room(envelope.destination)
         # A claim-check payload goes alone: its blob upload would hold up the whole group.
         if self.group is None or not all(map(self._courier.fits, envelopes)):
             for envelope in envelopes:
