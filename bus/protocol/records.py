@@ -107,12 +107,17 @@ class OutboxRecord(BaseModel):
                             resign: Callable[[Envelope], Envelope] = lambda e: e,
                             ) -> OutboxRecord:
         """Issue new attempt ids for every outgoing copy, each signed again by ``resign``
-        (the signature covers the attempt id); remember the old ones for fencing."""
-        old = tuple(Attempt(destination=e.destination, attempt_id=e.attempt_id)
-                    for e in self.outgoing)
+        (the signature covers the attempt id); remember the old ones for fencing - only
+        those: the ones earlier passes superseded must be fenced already (``Dispatcher``), so
+        that however many passes there are, the record grows by one pass's worth at most."""
         fresh = tuple(resign(e.model_copy(update={"attempt_id": new_id()}))
                       for e in self.outgoing)
-        return self.model_copy(update={"outgoing": fresh, "superseded": self.superseded + old})
+        return self.model_copy(update={"outgoing": fresh, "superseded": self.attempts()})
+
+    def attempts(self) -> tuple[Attempt, ...]:
+        """The attempt ids of the outgoing copies, as ``superseded`` would list them."""
+        return tuple(Attempt(destination=e.destination, attempt_id=e.attempt_id)
+                     for e in self.outgoing)
 
     def sending(self) -> OutboxRecord:
         return self.model_copy(update={"phase": Phase.SENDING})

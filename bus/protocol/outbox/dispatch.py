@@ -2,7 +2,8 @@
 ``bus.protocol.steps``, docs/protocol.md).
 
 D1. (helpers only) issue fresh attempt ids and persist them with a compare-and-swap, so that no
-   two workers ever create tokens for the same attempt id;
+   two workers ever create tokens for the same attempt id (what an earlier pass superseded is
+   fenced first, so the record keeps one pass's superseded ids at most);
 D2. create an inbox token (and claim-check payload) for every outgoing copy;
 D3. persist phase SENDING (compare-and-swap): from here on tokens are never created again;
 D4. send the signals (repeating them is harmless: tokens deduplicate);
@@ -253,7 +254,10 @@ class Dispatcher:
                       committed_by_me: bool) -> tuple[Slot, OutboxRecord]:
         if not committed_by_me and self._safeguards.fresh_attempt_ids:
             # Someone else may have created tokens for the current ids, and one of their
-            # requests may still be in flight: never reuse an id a token may exist for.
+            # requests may still be in flight: never reuse an id a token may exist for. What
+            # an earlier pass superseded is fenced first, and the record keeps only the ids
+            # this pass supersedes: it never outgrows its slot however many passes there are.
+            self.fence_superseded(record)
             record = record.with_fresh_attempts(self._new_id, self._courier.sealer.resign)
             slot = self._outbox.update(slot, record)
         for envelope in record.outgoing:

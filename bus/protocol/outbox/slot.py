@@ -116,11 +116,14 @@ class Outbox:
     def check_commit(self, partition: str, state_ops: Sequence[TableOp],
                      record: OutboxRecord) -> None:
         """Raise now for a commit storage would refuse: RecordTooLarge for a record no slot
-        can hold (with room for the ETags of its outgoing tokens, added when they are created
-        before the commit), StateError for state changes and a record that one transaction
-        cannot carry together."""
+        can hold (with room for what it may gain later: the ETags of its outgoing tokens,
+        added when they are created before the commit, and the attempt ids one helper pass
+        supersedes - ``OutboxRecord.with_fresh_attempts``), StateError for state changes and
+        a record that one transaction cannot carry together."""
         placeholder = "x" * self._limits.etag_chars
-        slot = self._encode(partition, record.placed((placeholder,) * len(record.outgoing)))
+        largest = record.placed((placeholder,) * len(record.outgoing)).model_copy(
+            update={"superseded": record.attempts()})
+        slot = self._encode(partition, largest)
         try:
             check_transaction([*state_ops, TableOp("replace", slot)], self._limits)
         except Refused as exc:
