@@ -160,14 +160,16 @@ class Parts:
         return OutboxDriver(outbox=outbox, dispatcher=self.dispatcher(outbox), clock=self.clock,
                             safeguards=self.safeguards)
 
-    def admission(self, endpoint: str, routing: Routing[T]) -> Admission[T]:
+    def admission(self, endpoint: str, routing: Routing[T], *,
+                  expire_early: bool = True) -> Admission[T]:
         """The admission of ``endpoint``'s queue for a reader that takes copies as ``routing``
-        does: the receiver's (``EndpointRouting``) and a Spark read's are built here alike."""
+        does: the receiver's (``EndpointRouting``; it checks expiry after its claim:
+        ``expire_early=False``) and a Spark read's are built here alike."""
         return Admission(
             endpoint=endpoint, routing=routing, inbox=self.inbox, payloads=self.payloads,
             poisoning=self.poisoning(endpoint), queues=self.observed.queues,
             queue=self.names.queue(endpoint), clock=self.clock, safeguards=self.safeguards,
-            sealer=self.sealer)
+            sealer=self.sealer, expire_early=expire_early)
 
     def poisoning(self, endpoint: str) -> Poisoning:
         return Poisoning(endpoint=endpoint, inbox=self.inbox,
@@ -197,7 +199,8 @@ class Parts:
         outbox = self.outbox(endpoint.name)
         poisoning = self.poisoning(endpoint.name)
         admission = self.admission(
-            endpoint.name, EndpointRouting(endpoint, self.serializer, self.inbox.limits))
+            endpoint.name, EndpointRouting(endpoint, self.serializer, self.inbox.limits),
+            expire_early=False)
         handling = Handling(
             endpoint=endpoint, tables=self.observed.tables,
             state_table=self.names.state_table(endpoint.name),

@@ -22,8 +22,8 @@ class Step:
 
 RECEIVE = (
     Step("R1", "admit", "receive.admission",
-         "decode the envelope, verify its signature, route it; poison what cannot be handled, "
-         "expired copies too; put back a copy not yet due"),
+         "decode the envelope, verify its signature, route it; poison what cannot be handled; "
+         "put back a copy not yet due"),
     Step("R2", "payload", "receive.admission",
          "fetch the payload (claim check), open it, decode the message, map it to its state "
          "partition"),
@@ -32,7 +32,7 @@ RECEIVE = (
          "unfinished record first"),
     Step("R4", "deduplicate", "receive.receiver",
          "check the copy's inbox token: gone or fenced - a duplicate; poisoned - in the "
-         "poison queue already"),
+         "poison queue already; live but past its time-to-live - poison it as expired"),
     Step("R5", "handle", "receive.handling",
          "run the handler (immediate retries, middleware) against the partition; create the "
          "outgoing tokens, pending"),

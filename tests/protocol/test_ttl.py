@@ -138,10 +138,10 @@ def test_an_expired_command_is_poisoned_and_its_handler_never_runs(storage: Stor
     assert letter.token is TokenState.POISONED and letter.replayable
 
 
-def test_an_expired_copy_is_poisoned_before_its_payload_is_read(storage: Storage,
-                                                                prefix: str) -> None:
+def test_an_expired_copy_whose_payload_is_gone_is_poisoned_as_expired(storage: Storage,
+                                                                      prefix: str) -> None:
     """Its claim-check blob gone, an expired copy is still poisoned as expired (a live one
-    would be poisoned for the missing blob): the payload is not fetched."""
+    would be poisoned for the missing blob)."""
     clock = Clock()
     bus, seen = build(storage, prefix, clock)
     bus.send(Remind(ref="big", note="n" * 60_000), ttl=30)

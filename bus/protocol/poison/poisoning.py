@@ -67,12 +67,9 @@ class Poisoning:
         poisoned - only while its token says it may be processed. A copy of a message that was
         processed (no token: unlike ``bad``, a message that expired is a well-formed one, so
         a copy without a token is a duplicate), fenced, poisoned or deferred is dropped as
-        such: one message, at most one poison entry.
-
-        A copy whose message was committed by an earlier delivery but not completed (its
-        token still live) is poisoned as well; the partition's next message or maintenance
-        completes the record and consumes the token, after which the entry reads as stale
-        and a replay removes it (as for ``give_up``)."""
+        such: one message, at most one poison entry. The receiver calls it once it has
+        claimed the message's partition (an unfinished record of the message completed
+        first), so a message whose handler committed is never poisoned as expired."""
         token = self._inbox.read(self.endpoint, envelope.attempt_id)
         found = verdict(token)
         if found is not Verdict.PROCESS:

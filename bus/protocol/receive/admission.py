@@ -7,11 +7,14 @@ R1. ``authenticate``: decode the envelope and check its signature (``sealing``: 
    this reader takes; anything else is poisoned with the reason);
 R2. ``screen``: a copy whose time-to-live ended (``expires_at`` past, by this reader's clock)
    is poisoned as expired, its token poisoned - unless its token says it is a duplicate
-   (``Poisoning.expired``); a scheduled copy that arrived early goes back on the queue with its
-   remaining delay; otherwise fetch the payload (confined to the bus's container; claim check;
-   checked against the signed digest, decrypted) and let the routing decode it: for an
-   endpoint, validate the message against the route's contract and map it to its state
-   partition and the state rows its route reads (``EndpointRouting``).
+   (``Poisoning.expired``) - by a reader that claims no partition (a Spark read); the
+   receiver checks it once it has claimed the partition (``receiver``: an unfinished record of
+   the message is completed first, so a message whose handler ran is never called expired),
+   and here only when the payload is gone with it. A scheduled copy that arrived early goes
+   back on the queue with its remaining delay; otherwise fetch the payload (confined to the
+   bus's container; claim check; checked against the signed digest, decrypted) and let the
+   routing decode it: for an endpoint, validate the message against the route's contract and
+   map it to its state partition and the state rows its route reads (``EndpointRouting``).
 """
 
 from __future__ import annotations
@@ -87,7 +90,10 @@ class Admission(Generic[T]):
     def __init__(self, *, endpoint: str, routing: Routing[T], inbox: Inbox, payloads: Payloads,
                  poisoning: Poisoning, queues: Queues, queue: str,
                  clock: Callable[[], float], safeguards: Safeguards,
-                 sealer: Sealer | None = None) -> None:
+                 sealer: Sealer | None = None, expire_early: bool = True) -> None:
+        """``expire_early``: poison an expired copy before its payload is read (a reader
+        that claims no partition); False leaves it to the caller after its claim."""
+        self._expire_early = expire_early
         self._endpoint = endpoint
         self._routing = routing
         self._inbox = inbox
@@ -143,7 +149,7 @@ class Admission(Generic[T]):
         """R2, for an authenticated copy: alive, due, its payload confined, present and
         opened, then decoded by the routing - or its outcome (acknowledged)."""
         expiry = expired(envelope, self._clock())
-        if expiry is not None:  # before the payload is read: an expired copy is not handled
+        if expiry is not None and self._expire_early:  # not handled: its payload is not read
             return self._poisoning.expired(item.body, envelope, expiry, item.dequeue_count,
                                            item.ack)
         if due_in(envelope, self._clock(), self._queues.limits.longest_delay) > 0:
@@ -160,6 +166,9 @@ class Admission(Generic[T]):
             return self._poisoning.bad(item.body, envelope, str(exc), item.dequeue_count,
                                        item.ack)
         if payload is None:
+            if expiry is not None:  # gone with the payload a committed handler would have read
+                return self._poisoning.expired(item.body, envelope, expiry, item.dequeue_count,
+                                               item.ack)
             return self._payload_missing(envelope, item)
         try:
             return self._routing.decode(envelope, self._sealer.open(envelope, payload))

@@ -4,7 +4,7 @@ For a signal carrying message ``m``, attempt ``a``, for endpoint ``E`` - each st
 (``bus.protocol.steps``, docs/protocol.md) and the module that does it:
 
 R1. decode the envelope, find the handler (``admission``; bad input: ``poisoning``, with the
-   reason; a copy whose time-to-live ended: poisoned as expired);
+   reason);
 R2. fetch the payload (claim check) and map the message to its state partition ``P``
    (``admission``);
 R3. load ``P``'s outbox slot, remembering its ETag, with the state rows the route declares
@@ -13,6 +13,8 @@ R3. load ``P``'s outbox slot, remembering its ETag, with the state rows the rout
    start again;
 R4. check ``m``'s inbox token ``(E, a)``: gone (or fenced) means a duplicate - acknowledge;
    poisoned means it is in the poison queue already (read in one request with R3's token);
+   a live one whose time-to-live ended is poisoned as expired - here, after R3, so that a
+   message whose handler committed (its record completed in R3) is never called expired;
 R5. run the handler against ``P`` (``handling``: reads come from R3 or storage, writes are
    collected), then create its outgoing tokens, pending (``Dispatcher.place_ahead``);
 R6. commit the state changes and the outbox record (phase SENDING, with the tokens' ETags) in
@@ -55,7 +57,7 @@ from bus.protocol.delivery import (
 from bus.protocol.outbox.dispatch import Dispatcher
 from bus.protocol.outbox.slot import ClaimLost, Outbox, Slot
 from bus.protocol.poison.poisoning import Poisoning
-from bus.protocol.receive.admission import Admission, Admitted
+from bus.protocol.receive.admission import Admission, Admitted, expired
 from bus.protocol.receive.handling import Handling
 from bus.protocol.receive.slotcache import SlotCache
 from bus.protocol.records import OutboxRecord, Phase, RecordKey
@@ -322,6 +324,10 @@ class Receiver:
         if outcome is not None:
             item.ack()
             return Delivery(outcome)
+        expiry = expired(d.envelope, self._admission.now())
+        if expiry is not None:  # not committed: R3 completed any record of it, consuming it
+            return Delivery(self.poisoning.expired(item.body, d.envelope, expiry,
+                                                   item.dequeue_count, item.ack))
         prepared = self._handling.run(d, slot, item, token)
         if prepared is None:
             return Delivery(Outcome.POISONED)
