@@ -78,11 +78,13 @@ class Operator:
         """The poison queue of ``endpoint``: list, replay (exactly once; an expired message
         with ``drop_expiry=True`` to have it handled after all), purge."""
         parts = self.parts
+        settler = parts.settler(endpoint)
         return PoisonedMessages(
             endpoint=parts.topology.endpoint(endpoint).name, names=parts.names,
             queues=parts.observed.queues, inbox=parts.inbox, payloads=parts.payloads,
             clock=parts.clock, new_id=parts.new_id, peek_lease=parts.settings.peek_lease_seconds,
-            resign=parts.sealer.resign, safeguards=parts.safeguards)
+            resign=parts.sealer.resign, safeguards=parts.safeguards,
+            settle=settler.settle if settler is not None else None)
 
     def deferred(self, endpoint: str) -> Deferrals:
         """The messages ``endpoint``'s handlers deferred: list, fetch by id, release."""

@@ -33,6 +33,7 @@ from bus.protocol.poison.queue import PoisonQueue
 from bus.protocol.receive.admission import Admission, EndpointRouting, Routing
 from bus.protocol.receive.handling import Handling
 from bus.protocol.receive.receiver import Receiver
+from bus.protocol.receive.settle import Settler
 from bus.protocol.receive.slotcache import SlotCache
 from bus.protocol.send.counters import Counters
 from bus.protocol.send.ledger import Ledger
@@ -170,6 +171,18 @@ class Parts:
             poisoning=self.poisoning(endpoint), queues=self.observed.queues,
             queue=self.names.queue(endpoint), clock=self.clock, safeguards=self.safeguards,
             sealer=self.sealer, expire_early=expire_early)
+
+    def settler(self, endpoint: str) -> Settler | None:
+        """What completes a message's unfinished record before a purge deletes its token
+        (``bus.protocol.receive.settle``); None for an endpoint with no handlers here."""
+        ep = self.topology.endpoint(endpoint)
+        if not ep.routes:
+            return None
+        outbox = self.outbox(ep.name)
+        return Settler(endpoint=ep, routing=EndpointRouting(ep, self.serializer,
+                                                            self.inbox.limits),
+                       payloads=self.payloads, sealer=self.sealer, inbox=self.inbox,
+                       outbox=outbox, dispatcher=self.dispatcher(outbox))
 
     def poisoning(self, endpoint: str) -> Poisoning:
         return Poisoning(endpoint=endpoint, inbox=self.inbox,

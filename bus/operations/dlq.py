@@ -112,8 +112,12 @@ def purge_command(endpoint: str, entry_ids: tuple[str, ...], every: bool, yes: b
     if not yes:
         click.confirm(f"purge {'every entry' if every else len(entry_ids)} of {endpoint}'s "
                       "poison queue for good?", abort=True)
-    purged = _poison_queue(app, endpoint).purge(wanted)
-    click.echo(f"{len(purged)} purged")
+    poisoned = _poison_queue(app, endpoint)
+    purged = poisoned.purge(wanted)
+    for entry_id, why in poisoned.refusals.items():
+        click.echo(f"{entry_id}  {why}", err=True)
+    click.echo(f"{len(purged)} purged" + (f", {len(poisoned.refusals)} kept"
+                                          if poisoned.refusals else ""))
 
 
 def _summary(letter: PoisonedMessage) -> dict[str, object]:

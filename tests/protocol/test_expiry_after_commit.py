@@ -5,12 +5,18 @@ message processed, and an operator's purge has no entry that could lose the reco
 
 from __future__ import annotations
 
+import pytest
+from click.testing import CliRunner
+
 from bus import Bus, Command, Context, Endpoint, Settings
 from bus.hosting.worker import Worker
+from bus.operations.cli import main
 from bus.seams import Seams
 from bus.testing import InMemoryStorage, drain
 from bus.testing.seamed import seamed_bus
 from tests.protocol.test_ttl import Clock
+
+cli_bus: Bus | None = None  # the bus ``python -m bus dlq --app <this module>:cli_bus`` finds
 
 
 class Relay(Command):
@@ -59,3 +65,43 @@ def test_a_committed_message_past_its_ttl_is_completed_not_poisoned() -> None:
     drain(bus, fail_fast=False)  # room at the bell: the record's Notify goes out
     assert sorted(rung) == ["first", "r1"]
     assert bus.poisoned("desk").entries() == []
+
+
+def moved_by_the_host(bus: Bus, endpoint: str) -> None:
+    """What the Functions host does after the last delivery allowed: the signal, unchanged,
+    to ``<queue>-poison`` (maintenance then adopts it: its token poisoned)."""
+    queue = bus.names.queue(endpoint)
+    [message] = bus.storage.queues.receive(queue, max_messages=1, lease=60.0)
+    bus.storage.queues.send(bus.names.poison_queue(endpoint), message.body)
+    bus.storage.queues.delete(queue, message)
+
+
+def test_purging_a_committed_message_completes_its_record_or_keeps_the_entry(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A message whose handler committed can still reach the poison queue another way (the
+    host moved it after its deliveries ran out while its sends waited for room). Purging its
+    entry completes the record first; while that cannot happen (still no room), the entry is
+    kept, with why."""
+    clock = Clock()
+    bus, rung = build(clock)
+    bus.send(Notify(ref="first"))  # the bell's queue is full
+    bus.send(Relay(ref="r1"))
+    assert Worker(bus, "desk", retry_delay=0).poll_once()  # committed, waiting for room
+    moved_by_the_host(bus, "desk")
+    poisoned = bus.poisoned("desk")
+    [entry] = poisoned.entries()  # adopted: token poisoned
+
+    assert poisoned.purge() == []  # no room yet: completing the record fails
+    assert "room" in poisoned.refusals[entry.id]
+    assert [e.id for e in poisoned.entries()] == [entry.id]
+    monkeypatch.setattr(f"{__name__}.cli_bus", bus)  # the CLI says so too
+    said = CliRunner().invoke(main, ["dlq", "purge", "desk", "--all", "--yes",
+                                     "--app", f"{__name__}:cli_bus"])
+    assert said.exit_code == 0 and "0 purged, 1 kept" in said.output
+    assert f"{entry.id}  kept: its handler committed and its sends wait for room" in said.output
+
+    drain(bus, endpoints=["bell"])  # room at the bell
+    assert poisoned.purge() == [entry.id]  # the record completed, then the entry went
+    assert poisoned.refusals == {}
+    drain(bus, fail_fast=False)
+    assert sorted(rung) == ["first", "r1"]  # the committed handler's Notify was sent

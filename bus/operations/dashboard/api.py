@@ -113,8 +113,9 @@ def _poisoned_routes(api: APIRouter, monitor: Monitor) -> None:
         """Delete the named entries for good, with their poisoned tokens and payloads, as
         ``python -m bus dlq purge`` does."""
         ids = _checked(selection)
-        purged = monitor.purge(monitor.check(endpoint), ids)
-        return models.PurgeResult(purged=purged, missing=sorted(ids - set(purged)))
+        purged, kept = monitor.purge(monitor.check(endpoint), ids)
+        return models.PurgeResult(purged=purged, kept=kept,
+                                  missing=sorted(ids - set(purged) - set(kept)))
 
 
 

@@ -153,6 +153,9 @@ class ReplayResult(BaseModel):
 class PurgeResult(BaseModel):
     purged: list[str]
     missing: list[str]
+    kept: dict[str, str] = {}
+    """Entries kept, with why: a message whose handler committed keeps its entry until its
+    record's sends can go out (``bus.protocol.receive.settle``)."""
 
 
 class DeferredItem(BaseModel):

@@ -103,10 +103,12 @@ class Monitor:
             finally:
                 self.poller.forget(("poison", endpoint), ("depth", endpoint), ("oldest", endpoint))
 
-    def purge(self, endpoint: str, ids: set[str]) -> list[str]:
+    def purge(self, endpoint: str, ids: set[str]) -> tuple[list[str], dict[str, str]]:
+        """The ids purged, and those kept with why (``PoisonedMessages.refusals``)."""
         with self._locks[endpoint]:
             try:
-                return self.bus.poisoned(endpoint).purge(ids)
+                poisoned = self.bus.poisoned(endpoint)
+                return poisoned.purge(ids), poisoned.refusals
             finally:
                 self.poller.forget(("poison", endpoint))
 

@@ -59,10 +59,11 @@ from bus.envelope import (
     encode_signal,
     split_bundle,
 )
-from bus.errors import Contention, UnreadableVersion
+from bus.errors import Contention, QueueFull, UnreadableVersion
 from bus.ids import random_id
 from bus.naming import Names
 from bus.protocol.copies.payloads import Payloads
+from bus.protocol.outbox.slot import ClaimLost
 from bus.protocol.poison.queue import PoisonEntry, PoisonQueue
 from bus.protocol.safeguards import Safeguards
 from bus.protocol.tokens.inbox import Inbox, TokenState
@@ -102,9 +103,15 @@ class PoisonedMessages:
                  payloads: Payloads, clock: Callable[[], float],
                  new_id: Callable[[], str] = random_id, peek_lease: float = 60.0,
                  resign: Callable[[Envelope], Envelope] | None = None,
-                 safeguards: Safeguards | None = None) -> None:
+                 safeguards: Safeguards | None = None,
+                 settle: Callable[[Envelope], None] | None = None) -> None:
         """``resign``: signs a copy anew (``Sealer.resign``), for a replay that drops a
-        signed copy's ``expires_at``."""
+        signed copy's ``expires_at``. ``settle``: completes the unfinished outbox record of
+        a message before a purge deletes its token (``bus.protocol.receive.settle``), raising
+        when it cannot yet."""
+        self._settle = settle
+        self.refusals: dict[str, str] = {}
+        """Why the last ``purge`` kept each entry it was asked to purge and did not."""
         self.endpoint = endpoint
         self._swap_live = (safeguards or Safeguards()).swap_before_resend
         self._resign = resign
@@ -157,12 +164,19 @@ class PoisonedMessages:
         """Delete the entries named by ``ids`` (all when None), their poisoned tokens and
         payloads; returns the ids purged."""
         purged: list[str] = []
+        self.refusals = {}
         with self._leased() as entries:
             for message, entry in entries:
                 if ids is not None and message.id not in ids:
                     continue
                 if entry.envelope is not None:
                     token = self._inbox.read(self.endpoint, entry.envelope.attempt_id)
+                    if token is not None and verdict(token) is Verdict.POISONED:
+                        refused = self._settled(entry.envelope)
+                        if refused is not None:
+                            self.refusals[message.id] = refused
+                            continue
+                        token = self._inbox.read(self.endpoint, entry.envelope.attempt_id)
                     if token is not None and verdict(token) is Verdict.POISONED:
                         self._inbox.delete_if_unchanged(token)
                         if entry.envelope.payload_ref is not None and self._payloads.confined(
@@ -174,6 +188,19 @@ class PoisonedMessages:
         return purged
 
     # -- steps ------------------------------------------------------------------------------
+    def _settled(self, envelope: Envelope) -> str | None:
+        """None once the message has no unfinished record (completed now, or none), else why
+        not: its token must stay until the record is finished (``inbox.finished``)."""
+        if self._settle is None:
+            return None
+        try:
+            self._settle(envelope)
+        except QueueFull as exc:
+            return f"kept: its handler committed and its sends wait for room ({exc})"
+        except (StorageError, Contention, ClaimLost) as exc:
+            return f"kept: its handler's committed record could not be completed now ({exc})"
+        return None
+
     def _replay(self, message: QueueMessage, entry: PoisonEntry,
                 drop_expiry: bool) -> ReplayResult:
         envelope = entry.envelope

@@ -6,4 +6,6 @@
                   one.
 * ``handling``  - R5: the handler run against its partition, with immediate retries.
 * ``slotcache`` - claims from the memory of this process's own commits.
+* ``settle``    - a message's unfinished record completed before its poisoned token goes (a
+                  purge).
 """

@@ -159,7 +159,7 @@ def test_purge_removes_entries_and_their_tokens(bus: Bus, client: TestClient) ->
     [group] = client.get("/api/poisoned").json()["groups"]
     gone, kept = group["ids"]
     purged = client.post("/api/poisoned/payments/purge", json={"ids": [gone], "count": 1}).json()
-    assert purged == {"purged": [gone], "missing": []}
+    assert purged == {"purged": [gone], "missing": [], "kept": {}}
     [left] = client.get("/api/poisoned").json()["groups"]
     assert left["ids"] == [kept]
     assert client.get(f"/api/poisoned/payments/{gone}").status_code == 404

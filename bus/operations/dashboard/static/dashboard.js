@@ -168,8 +168,10 @@ function poisonedPage() {
         try {
           const result = await post(`/poisoned/${encodeURIComponent(endpoint)}/${action}`, body);
           const done = action === "replay" ? result.replayed : result.purged.length;
+          const kept = Object.values(result.kept || {});
           lines.push(`${endpoint}: ${done} ${action === "replay" ? "replayed" : "purged"}` +
-                     (result.missing.length ? `, ${result.missing.length} no longer there` : ""));
+                     (result.missing.length ? `, ${result.missing.length} no longer there` : "") +
+                     (kept.length ? `, ${kept.length} ${kept[0]}` : ""));
           ids.forEach((id) => this.toggle(endpoint, id, false));
         } catch (e) { lines.push(`${endpoint}: ${e.message}`); }
       }

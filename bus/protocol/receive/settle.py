@@ -1,0 +1,69 @@
+"""Settling a message before its poisoned token goes: its unfinished outbox record completed.
+
+A message's handler can commit and the message still end in the poison queue: its record's
+sends wait for room at a full queue while its deliveries run out (the Functions host then moves
+it to the poison queue itself, and maintenance adopts it), or storage fails on every delivery
+after the commit (``Poisoning.give_up``). Its token stays until the record is finished - that
+is what tells the partition the record's work is not done (``inbox.finished``). A purge
+deletes the token, so before it does, ``settle`` finds the message's partition the way the
+receiver does (its payload decoded into its route's contract) and, when the slot still holds
+the message's unfinished record, completes it - which consumes the token. When the record
+cannot be completed now (no room yet, storage failing) ``settle`` raises, and the purge keeps
+that entry. A message that never reached its handler (no payload, a copy the endpoint would
+poison) has no record to settle.
+"""
+
+from __future__ import annotations
+
+from bus.endpoint import Endpoint
+from bus.envelope import BadSignal, Envelope
+from bus.protocol.copies.payloads import Payloads
+from bus.protocol.copies.sealing import Sealer
+from bus.protocol.outbox.dispatch import Dispatcher
+from bus.protocol.outbox.slot import Outbox
+from bus.protocol.receive.admission import EndpointRouting
+from bus.protocol.tokens.inbox import Inbox, finished
+
+
+class Settler:
+    """Completes the unfinished record of a message of one endpoint, if it has one."""
+
+    def __init__(self, *, endpoint: Endpoint, routing: EndpointRouting, payloads: Payloads,
+                 sealer: Sealer, inbox: Inbox, outbox: Outbox, dispatcher: Dispatcher) -> None:
+        self._endpoint = endpoint
+        self._routing = routing
+        self._payloads = payloads
+        self._sealer = sealer
+        self._inbox = inbox
+        self._outbox = outbox
+        self._dispatcher = dispatcher
+
+    def settle(self, envelope: Envelope) -> None:
+        """Complete the message's unfinished record, if any. Raises what completing it raised
+        (QueueFull: no room yet; a StorageError; ClaimLost: someone else moved the slot on -
+        call again)."""
+        partition = self._partition(envelope)
+        if partition is None:
+            return
+        slot = self._outbox.load(partition)
+        record = slot.record
+        if record is None or not record.is_for(envelope):
+            return  # the slot moved on: a record is replaced only once it is finished
+        if finished(record, self._inbox.read(self._endpoint.name, record.attempt_id)):
+            return
+        self._dispatcher.complete(slot, committed_by_me=False)
+
+    def _partition(self, envelope: Envelope) -> str | None:
+        """The message's partition, as the receiver found it; None when no handler could
+        have committed it."""
+        if self._routing.refusal(envelope) is not None or not self._payloads.confined(
+                envelope, self._endpoint.name):
+            return None
+        data = (envelope.inline_payload() if envelope.payload_ref is None
+                else self._payloads.get(envelope.payload_ref))
+        if data is None:
+            return None
+        try:
+            return self._routing.decode(envelope, self._sealer.open(envelope, data)).partition
+        except BadSignal:
+            return None
