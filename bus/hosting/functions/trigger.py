@@ -34,9 +34,9 @@ Handler failures are counted the same way (the receiver gets the delivery count,
 dequeue count), so a copy's handler is retried only for the deliveries left.
 
 The circuit breaker (``Bus.pause``) is honoured too: while the endpoint is paused a delivered
-message is put back unchanged (its count included) with a visibility delay until the pause
-ends (the pause row is read at most every 5 s per instance), so messages wait in the queue,
-not in the function.
+message is put back, carrying the deliveries that failed before it (``deliveries``: the host
+counts the copy from 1 again), with a visibility delay until the pause ends (the pause row is
+read at most every 5 s per instance), so messages wait in the queue, not in the function.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from dataclasses import dataclass
 
 from bus.backoff import Wait
 from bus.bus import Bus
+from bus.envelope import carried_deliveries, with_deliveries
 from bus.hosting.breaker import CircuitBreaker
 from bus.hosting.settlement import Settlement
 from bus.protocol.delivery import Delivery, Outcome
@@ -111,12 +112,23 @@ class QueueTrigger:
         with self.bus.parts.telemetry.continued(trace_context):
             return self._deliver(raw, dequeue_count)
 
+    def _paused_copy(self, raw: bytes, body: str, dequeue_count: int) -> str:
+        """The signal to put back while the endpoint is paused, carrying the deliveries that
+        already failed (this one did not run): the host counts the copy from 1 again. A
+        signal that cannot carry a count (a bundle, a body that is not JSON) goes back as
+        it came."""
+        _, carried = carried_deliveries(raw)
+        failed = carried + dequeue_count - 1
+        copy = with_deliveries(raw, failed, self.bus.storage.queues.limits.signal_bytes)
+        return body if copy is None else base64.b64encode(copy).decode("ascii")
+
     def _deliver(self, raw: bytes, dequeue_count: int) -> Delivery:
         body = base64.b64encode(raw).decode("ascii")
         paused = self.breaker.paused_for()
         if paused > 0:
             queues = self.bus.storage.queues
-            queues.send(self.queue, body, delay=min(paused, queues.limits.longest_delay))
+            queues.send(self.queue, self._paused_copy(raw, body, dequeue_count),
+                        delay=min(paused, queues.limits.longest_delay))
             return Delivery(Outcome.REQUEUED)
         invocation = _Invocation(body, dequeue_count)
         settled = self.settlement.settle([invocation])

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import base64
 
+import pytest
+
 from bus import Command, Context, Endpoint
+from bus.envelope import carried_deliveries
 from bus.hosting.functions.trigger import QueueTrigger
 from bus.protocol.delivery import Outcome
 from bus.seams import Seams
@@ -42,3 +45,32 @@ def test_a_paused_endpoint_puts_deliveries_back_until_the_pause_ends(storage: St
     bus.resume("ticks")
     clock[0] += 6  # past the breaker's 5 s check interval
     assert trigger.deliver(raw, 1).outcome is Outcome.PROCESSED and seen == [1]
+
+
+def test_a_paused_put_back_keeps_the_deliveries_that_already_failed(
+        storage: Storage, prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A message delivered for the 3rd time (two deliveries failed) meets a pause: the copy put
+    back carries those 2, so the host's fresh count does not give it more tries than
+    ``maxDequeueCount`` allows in all."""
+    ticks = Endpoint("ticks")
+
+    @ticks.handles(Tick, partition=lambda m: str(m.n))
+    def tick(message: Tick, ctx: Context) -> None:
+        pass
+
+    bus = seamed_bus(Seams(), storage, [ticks], prefix=prefix)
+    bus.provision()
+    queue = bus.names.queue("ticks")
+    bus.send(Tick(n=1))
+    trigger = QueueTrigger(bus, "ticks", max_dequeue_count=5, inline_dispatch_max=None)
+    bus.pause("ticks", 600, reason="maintenance")
+    [message] = storage.queues.receive(queue, max_messages=1, lease=30)
+    storage.queues.delete(queue, message)
+    put_back: list[str] = []
+    monkeypatch.setattr(storage.queues, "send",
+                        lambda name, body, delay=0.0: put_back.append(body))
+    assert trigger.deliver(base64.b64decode(message.body), 3).outcome is Outcome.REQUEUED
+    [body] = put_back
+    assert carried_deliveries(base64.b64decode(body))[1] == 2
+    assert trigger.deliver(base64.b64decode(body), 1).outcome is Outcome.REQUEUED
+    assert carried_deliveries(base64.b64decode(put_back[1]))[1] == 2  # not counted twice
