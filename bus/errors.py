@@ -7,6 +7,7 @@
     ├── NamingError          an endpoint, topic or prefix name storage cannot hold; ValueError
     ├── MessageKindError     an event sent or a command published; also a TypeError
     ├── RoutingError         no destination for a command, or an unknown one; LookupError
+    ├── AmbiguousSession     a session key with a row in several partitions; LookupError
     ├── StateError           a state key or row ``ctx.state`` cannot store; ValueError
     ├── RecordTooLarge       one handler call sends more than an outbox record holds; ValueError
     ├── UnreadableRecord     an outbox slot holds a record this bus cannot read; ValueError
@@ -58,6 +59,11 @@ class MessageKindError(BusError, TypeError):
 class RoutingError(BusError, LookupError):
     """No destination for a command, or one the bus does not know (declare it with
     ``routes=``)."""
+
+
+class AmbiguousSession(BusError, LookupError):
+    """An operator named a session whose key has a row in several partitions (its session
+    function and partition function disagree): name the partition too."""
 
 
 class StateError(BusError, ValueError):

@@ -14,7 +14,7 @@ from typing import TypeVar
 
 import click
 
-from bus.errors import ConfigurationError
+from bus.errors import AmbiguousSession, ConfigurationError
 from bus.operations.apps import AppError, load_bus
 from bus.protocol.sessions.admin import SessionInfo, Sessions
 
@@ -30,10 +30,14 @@ def _sessions(app: str, endpoint: str) -> Sessions:
         raise SessionsProblem(str(exc)) from exc
 
 
-def _one(sessions: Sessions, session: str) -> SessionInfo:
-    info = sessions.get(session)
+def _one(sessions: Sessions, session: str, partition: str | None) -> SessionInfo:
+    try:
+        info = sessions.get(session, partition)
+    except AmbiguousSession as exc:
+        raise SessionsProblem(str(exc)) from exc
     if info is None:
-        raise SessionsProblem(f"{sessions.endpoint} has no session {session!r}")
+        where = "" if partition is None else f" in partition {partition!r}"
+        raise SessionsProblem(f"{sessions.endpoint} has no session {session!r}{where}")
     return info
 
 
@@ -43,6 +47,12 @@ F = TypeVar("F", bound=Callable[..., object])
 def _app_option(command: F) -> F:
     return click.option("--app", default="function_app", show_default=True,
                         metavar="MODULE[:NAME]")(command)
+
+
+def _partition_option(command: F) -> F:
+    return click.option("--partition", default=None, metavar="PARTITION",
+                        help="The session's partition, when its key has rows in several "
+                             "(its messages map to more than one).")(command)
 
 
 @click.group()
@@ -75,11 +85,12 @@ def list_command(endpoint: str, as_json: bool, app: str) -> None:
 @sessions.command("show")
 @click.argument("endpoint")
 @click.argument("session")
+@_partition_option
 @_app_option
-def show_command(endpoint: str, session: str, app: str) -> None:
+def show_command(endpoint: str, session: str, partition: str | None, app: str) -> None:
     """One session as JSON: progress per stream, waiting messages, gaps, state."""
     found = _sessions(app, endpoint)
-    info = _one(found, session)
+    info = _one(found, session, partition)
     click.echo(json.dumps({**info.summary(found.now(), found.window),
                            "row": info.row.model_dump(mode="json")}, indent=2))
 
@@ -87,12 +98,13 @@ def show_command(endpoint: str, session: str, app: str) -> None:
 @sessions.command("skip")
 @click.argument("endpoint")
 @click.argument("session")
+@_partition_option
 @_app_option
-def skip_command(endpoint: str, session: str, app: str) -> None:
+def skip_command(endpoint: str, session: str, partition: str | None, app: str) -> None:
     """Move SESSION past its gap now, whatever the reorder window (recorded in the row)."""
     found = _sessions(app, endpoint)
-    _one(found, session)
-    released = found.skip(session)
+    info = _one(found, session, partition)
+    released = found.skip(session, info.partition)
     click.echo(f"{released} waiting message(s) released past the gap" if released
                else f"nothing waits in {session}: nothing to skip to")
 
@@ -101,13 +113,15 @@ def skip_command(endpoint: str, session: str, app: str) -> None:
 @click.argument("endpoint")
 @click.argument("session")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@_partition_option
 @_app_option
-def close_command(endpoint: str, session: str, yes: bool, app: str) -> None:
+def close_command(endpoint: str, session: str, yes: bool, partition: str | None,
+                  app: str) -> None:
     """Close SESSION: its waiting and later messages go to the poison queue."""
     found = _sessions(app, endpoint)
-    info = _one(found, session)
+    info = _one(found, session, partition)
     if not yes:
         click.confirm(f"close session {session!r} of {endpoint}? {len(info.waiting)} waiting "
                       "message(s) and any later ones go to its poison queue", abort=True)
-    click.echo(f"closed; {found.close(session)} waiting message(s) released to the "
-               "poison queue")
+    released = found.close(session, info.partition)
+    click.echo(f"closed; {released} waiting message(s) released to the poison queue")

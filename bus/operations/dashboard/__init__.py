@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from bus.bus import Bus
-from bus.errors import ConfigurationError
+from bus.errors import AmbiguousSession, ConfigurationError
 from bus.operations.dashboard import api, models, pages
 from bus.operations.dashboard.guard import HOW_TO_ALLOW, ActionGuard
 from bus.operations.dashboard.monitor import Monitor, UnknownEndpoint, check_bus
@@ -45,6 +45,10 @@ def create_app(bus: Bus, *, allow_actions: bool = False, depth_seconds: float = 
     @app.exception_handler(UnknownEndpoint)
     async def unknown(request: Request, exc: UnknownEndpoint) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=404)
+
+    @app.exception_handler(AmbiguousSession)
+    async def ambiguous(request: Request, exc: AmbiguousSession) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=409)
 
     app.add_middleware(ActionGuard, allow_actions=allow_actions)
     return app

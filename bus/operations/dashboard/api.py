@@ -152,15 +152,19 @@ def _waiting_routes(api: APIRouter, monitor: Monitor) -> None:
         return out
 
     @api.post("/sessions/{endpoint}/{session}/skip", tags=["waiting"])
-    def skip(endpoint: str, session: str) -> models.SessionResult:
-        """Move the session past its gap now (recorded as the operator's)."""
-        released = monitor.skip(monitor.check(endpoint), session)
+    def skip(endpoint: str, session: str,
+             partition: str | None = None) -> models.SessionResult:
+        """Move the session past its gap now (recorded as the operator's). ``partition``:
+        the session's, when its key has rows in several (409 without it)."""
+        released = monitor.skip(monitor.check(endpoint), session, partition)
         return models.SessionResult(endpoint=endpoint, session=session, released=released)
 
     @api.post("/sessions/{endpoint}/{session}/close", tags=["waiting"])
-    def close(endpoint: str, session: str) -> models.SessionResult:
-        """Close the session: its waiting and later messages go to the poison queue."""
-        released = monitor.close(monitor.check(endpoint), session)
+    def close(endpoint: str, session: str,
+              partition: str | None = None) -> models.SessionResult:
+        """Close the session: its waiting and later messages go to the poison queue.
+        ``partition``: as for skip."""
+        released = monitor.close(monitor.check(endpoint), session, partition)
         return models.SessionResult(endpoint=endpoint, session=session, released=released)
 
     @api.get("/scheduled", tags=["waiting"])

@@ -126,21 +126,23 @@ class Monitor:
         finally:
             self.poller.forget(("deferred", endpoint), ("depth", endpoint))
 
-    def skip(self, endpoint: str, session: str) -> int:
+    def skip(self, endpoint: str, session: str, partition: str | None = None) -> int:
         try:
-            return self._session_admin(endpoint, session).skip(session)
+            return self._session_admin(endpoint, session, partition).skip(session, partition)
         finally:
             self.poller.forget(("depth", endpoint))
 
-    def close(self, endpoint: str, session: str) -> int:
+    def close(self, endpoint: str, session: str, partition: str | None = None) -> int:
         try:
-            return self._session_admin(endpoint, session).close(session)
+            return self._session_admin(endpoint, session, partition).close(session, partition)
         finally:
             self.poller.forget(("depth", endpoint), ("poison", endpoint))
 
-    def _session_admin(self, endpoint: str, session: str) -> Sessions:
+    def _session_admin(self, endpoint: str, session: str, partition: str | None) -> Sessions:
+        """The endpoint's sessions, once ``session`` is found there (AmbiguousSession when
+        its key has rows in several partitions and ``partition`` is None)."""
         found = self.bus.sessions(endpoint)
-        if found.get(session) is None:
+        if found.get(session, partition) is None:
             raise UnknownEndpoint(f"{endpoint} has no session {session!r}")
         return found
 

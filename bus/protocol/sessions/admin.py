@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from bus.errors import Contention
+from bus.errors import AmbiguousSession, Contention
 from bus.protocol.copies.courier import Courier
 from bus.protocol.outbox.deferral import release
 from bus.protocol.outbox.slot import ClaimLost, Outbox
@@ -107,27 +107,38 @@ class Sessions:
         return sorted(found, key=lambda s: (s.closed, not s.stuck(now, self.window),
                                             not s.waiting, -s.waited(now), s.session))
 
-    def get(self, session: str) -> SessionInfo | None:
-        """The session ``session`` (found by its key in any partition), or None."""
-        rows = self._tables.query(self._table, row_key=session_row_key(session))
+    def get(self, session: str, partition: str | None = None) -> SessionInfo | None:
+        """The session ``session`` - in ``partition``, or wherever its row is - or None.
+        Raises AmbiguousSession when ``partition`` is None and the key has rows in several
+        partitions (its messages map to more than one)."""
+        rows = [row for row in self._tables.query(self._table, row_key=session_row_key(session))
+                if partition is None or row.partition_key == partition]
+        if len(rows) > 1:
+            raise AmbiguousSession(
+                f"session {session!r} of {self.endpoint!r} has a row in "
+                f"{len(rows)} partitions ({', '.join(repr(r.partition_key) for r in rows)}): "
+                "name one (partition=, --partition)")
         return self._info(rows[0]) if rows else None
 
-    def skip(self, session: str) -> int:
+    def skip(self, session: str, partition: str | None = None) -> int:
         """Move the session past its gaps now, whatever the reorder window: returns how many
-        waiting copies were released to go on (0: nothing waits, so nothing to skip to)."""
-        info = self._change(session, lambda row: row.model_copy(update={"skip": True}))
+        waiting copies were released to go on (0: nothing waits, so nothing to skip to).
+        ``partition``: where its row is, when its key has rows in several (``get``)."""
+        info = self._change(session, partition,
+                            lambda row: row.model_copy(update={"skip": True}))
         if info is not None:
             info = self._without_poisoned(info)  # they would hold the skip up (see there)
         if info is None or not info.waiting:
             return 0
         return self._release(_firsts(info.waiting))
 
-    def close(self, session: str) -> int:
+    def close(self, session: str, partition: str | None = None) -> int:
         """Close the session: later copies of it are poisoned with the reason, and so is each
-        copy waiting in it (released to be). Returns how many were waiting."""
+        copy waiting in it (released to be). Returns how many were waiting. ``partition``:
+        as for ``skip``."""
         now = self._clock()
-        info = self._change(session, lambda row: row if row.closed else row.model_copy(
-            update={"closed_at": now, "updated_at": now}))
+        info = self._change(session, partition, lambda row: row if row.closed else
+                            row.model_copy(update={"closed_at": now, "updated_at": now}))
         return 0 if info is None else self._release(info.waiting)
 
     def release_overdue(self) -> int:
@@ -161,8 +172,9 @@ class Sessions:
                     if self._poisoned_since(w)}
         if not poisoned:
             return info
-        return self._change(info.session, lambda row: row.model_copy(update={"waiting": tuple(
-            w for w in row.waiting if (w.stream, w.sequence, w.message_id) not in poisoned)}))
+        return self._change(info.session, info.partition, lambda row: row.model_copy(
+            update={"waiting": tuple(w for w in row.waiting
+                                     if (w.stream, w.sequence, w.message_id) not in poisoned)}))
 
     def _poisoned_since(self, waiting: Waiting) -> bool:
         """Whether the copy was released since it was set aside, then poisoned: a
@@ -171,12 +183,12 @@ class Sessions:
         return (token is not None and token.state is TokenState.POISONED
                 and token.generation > waiting.generation)
 
-    def _change(self, session: str,
+    def _change(self, session: str, partition: str | None,
                 change: Callable[[SessionRow], SessionRow]) -> SessionInfo | None:
         """Apply ``change`` to the session's row with the partition's slot (both by
         compare-and-swap, tried again when either moved)."""
         for _ in range(_ROUNDS):
-            info = self.get(session)
+            info = self.get(session, partition)
             if info is None:
                 return None
             slot = self._outbox.load(info.partition)

@@ -207,7 +207,8 @@ function waitingPage() {
         : `Skip the gap of session ${s.session} of ${s.endpoint}? Its waiting messages go on without the missing ones.`;
       if (!window.confirm(text)) return;
       try {
-        const r = await post(`/sessions/${encodeURIComponent(s.endpoint)}/${encodeURIComponent(s.session)}/${action}`);
+        const r = await post(`/sessions/${encodeURIComponent(s.endpoint)}/${encodeURIComponent(s.session)}/${action}` +
+                             `?partition=${encodeURIComponent(s.partition)}`);
         this.message = `${s.session}: ${action === "close" ? "closed" : "skipped"}, ${r.released} waiting message(s) released`;
       } catch (e) { this.message = e.message; }
       await this.load();
