@@ -69,10 +69,11 @@ class Operator:
         (``bus.protocol.sessions.admin``)."""
         parts = self.parts
         ep = parts.topology.endpoint(endpoint)
+        outbox = parts.outbox(ep.name)
         return Sessions(endpoint=ep.name, tables=parts.observed.tables,
-                        table=parts.names.state_table(ep.name), outbox=parts.outbox(ep.name),
+                        table=parts.names.state_table(ep.name), outbox=outbox,
                         courier=parts.courier, clock=parts.clock, window=ep.reorder_window,
-                        skip_gaps=ep.skip_gaps)
+                        skip_gaps=ep.skip_gaps, dispatcher=parts.dispatcher(outbox))
 
     def poisoned(self, endpoint: str) -> PoisonedMessages:
         """The poison queue of ``endpoint``: list, replay (exactly once; an expired message

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from bus.errors import AmbiguousSession, Contention
 from bus.protocol.copies.courier import Courier
 from bus.protocol.outbox.deferral import release
-from bus.protocol.outbox.slot import ClaimLost, Outbox
+from bus.protocol.outbox.dispatch import Dispatcher
+from bus.protocol.outbox.slot import ClaimLost, Outbox, Slot
 from bus.protocol.sessions.order import (
     SESSION_ROW,
     SessionRow,
@@ -30,7 +31,7 @@ from bus.protocol.sessions.order import (
     session_row_key,
     write_op,
 )
-from bus.protocol.tokens.inbox import TokenState
+from bus.protocol.tokens.inbox import TokenState, finished
 from bus.storage import Entity, Tables
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,10 @@ class Sessions:
 
     def __init__(self, *, endpoint: str, tables: Tables, table: str, outbox: Outbox,
                  courier: Courier, clock: Callable[[], float], window: float,
-                 skip_gaps: bool) -> None:
+                 skip_gaps: bool, dispatcher: Dispatcher) -> None:
+        """``dispatcher``: completes the partition's unfinished record before an operator's
+        change (a copy set aside is deferred when its record finishes)."""
+        self._dispatcher = dispatcher
         self.endpoint = endpoint
         self.window = window
         self.skip_gaps = skip_gaps
@@ -192,6 +196,11 @@ class Sessions:
             if info is None:
                 return None
             slot = self._outbox.load(info.partition)
+            if self._unfinished(slot):
+                # A copy set aside is in the row's waiting list from its commit, but deferred
+                # only when that record finishes: finish it first, or a release now misses it.
+                self._dispatcher.complete(slot, committed_by_me=False)
+                continue
             row = change(info.row)
             op = write_op(info.partition, session, row, self._tables.limits, info.etag)
             try:
@@ -200,6 +209,11 @@ class Sessions:
                 continue
             return SessionInfo(self.endpoint, info.partition, session, row, info.etag)
         raise Contention(f"session {session!r} of {self.endpoint!r} kept changing")
+
+    def _unfinished(self, slot: Slot) -> bool:
+        record = slot.record
+        return record is not None and not finished(
+            record, self._courier.inbox.read(self.endpoint, record.attempt_id))
 
     def _release(self, waiting: Sequence[Waiting]) -> int:
         return sum(release(self._courier, self.endpoint, w.message_id, w.generation)

@@ -1,0 +1,61 @@
+"""An operator's session action (skip, close) first completes the partition's unfinished
+record: a copy the receiver set aside (committed to the session's waiting list, its token not
+yet deferred) is then deferred before the action releases what waits - so the action reaches
+it, instead of leaving it deferred for good, neither handled nor poisoned."""
+
+from __future__ import annotations
+
+import pytest
+
+from bus.envelope import decode_signal
+from bus.protocol.copies.courier import Courier
+from bus.protocol.delivery import Incoming
+from bus.protocol.outbox import deferral, dispatch
+from bus.protocol.records import OutboxRecord
+from bus.protocol.tokens.inbox import TokenState
+from bus.storage import TransientError
+from bus.testing import InMemoryStorage, drain
+from tests.protocol.test_sessions import Shop, Step
+
+
+def set_aside_uncompleted(shop: Shop, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step 2 arrives before step 1: the receiver commits it to the session's waiting list,
+    and its worker stops before it defers the token (the record stays unfinished)."""
+    bus = shop.bus
+    bus.send(Step(order="o1", n=1))
+    bus.send(Step(order="o1", n=2))
+    queue = bus.names.queue("s")
+    first, second = bus.storage.queues.receive(queue, max_messages=2, lease=600)
+    real = deferral.set_aside
+    stopped = [True]
+
+    def crash_once(courier: Courier, record: OutboxRecord) -> None:
+        if stopped[0]:
+            stopped[0] = False
+            raise TransientError("the worker stopped before deferring the copy")
+        real(courier, record)
+
+    monkeypatch.setattr(dispatch, "set_aside", crash_once)
+    [result] = bus.parts.receiver("s").receive([Incoming(second.body, 1)], inline_max=None)
+    assert isinstance(result, TransientError)
+    token = bus.parts.inbox.read("s", decode_signal(second.body).attempt_id)
+    assert token is not None and token.state is TokenState.LIVE  # not deferred yet
+    bus.storage.queues.delete(queue, second)  # its lease: the host would redeliver it later
+    bus.storage.queues.delete(queue, first)  # step 1 is lost on the way: the gap stays
+
+
+@pytest.mark.parametrize("action", ["close", "skip"])
+def test_an_operator_action_reaches_a_copy_set_aside_but_not_yet_deferred(
+        action: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    shop = Shop(InMemoryStorage(), "p")
+    set_aside_uncompleted(shop, monkeypatch)
+    sessions = shop.bus.sessions("s")
+    released = getattr(sessions, action)("o1")
+    assert released == 1  # step 2, deferred by the completed record first, then released
+    drain(shop.bus, fail_fast=False)
+    if action == "close":  # poisoned with the reason: accounted for
+        [entry] = shop.bus.poisoned("s").entries()
+        assert "closed" in entry.entry.reason
+    else:  # skipped to: handled
+        assert shop.steps("o1") == [2]
+    assert [t for t in shop.bus.parts.inbox.all("s") if t.state is TokenState.DEFERRED] == []
