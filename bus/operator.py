@@ -67,13 +67,7 @@ class Operator:
     def sessions(self, endpoint: str) -> Sessions:
         """The sessions of ``endpoint``: list, show, skip a gap, close
         (``bus.protocol.sessions.admin``)."""
-        parts = self.parts
-        ep = parts.topology.endpoint(endpoint)
-        outbox = parts.outbox(ep.name)
-        return Sessions(endpoint=ep.name, tables=parts.observed.tables,
-                        table=parts.names.state_table(ep.name), outbox=outbox,
-                        courier=parts.courier, clock=parts.clock, window=ep.reorder_window,
-                        skip_gaps=ep.skip_gaps, dispatcher=parts.dispatcher(outbox))
+        return self.parts.sessions(endpoint)
 
     def poisoned(self, endpoint: str) -> PoisonedMessages:
         """The poison queue of ``endpoint``: list, replay (exactly once; an expired message

@@ -39,6 +39,7 @@ from bus.protocol.send.counters import Counters
 from bus.protocol.send.ledger import Ledger
 from bus.protocol.send.marked import MarkedSender
 from bus.protocol.send.sender import Sender
+from bus.protocol.sessions.admin import Sessions
 from bus.protocol.sessions.order import check_session, client_stream
 from bus.protocol.tokens.inbox import Inbox
 from bus.seams import Seams
@@ -172,6 +173,16 @@ class Parts:
             queue=self.names.queue(endpoint), clock=self.clock, safeguards=self.safeguards,
             sealer=self.sealer, expire_early=expire_early)
 
+    def sessions(self, endpoint: str) -> Sessions:
+        """The sessions of ``endpoint``, as an operator acts on them
+        (``bus.protocol.sessions.admin``)."""
+        ep = self.topology.endpoint(endpoint)
+        outbox = self.outbox(ep.name)
+        return Sessions(endpoint=ep.name, tables=self.observed.tables,
+                        table=self.names.state_table(ep.name), outbox=outbox,
+                        courier=self.courier, clock=self.clock, window=ep.reorder_window,
+                        skip_gaps=ep.skip_gaps, dispatcher=self.dispatcher(outbox))
+
     def settler(self, endpoint: str) -> Settler | None:
         """What completes a message's unfinished record before a purge deletes its token
         (``bus.protocol.receive.settle``); None for an endpoint with no handlers here."""
@@ -182,7 +193,8 @@ class Parts:
         return Settler(endpoint=ep, routing=EndpointRouting(ep, self.serializer,
                                                             self.inbox.limits),
                        payloads=self.payloads, sealer=self.sealer, inbox=self.inbox,
-                       outbox=outbox, dispatcher=self.dispatcher(outbox))
+                       outbox=outbox, dispatcher=self.dispatcher(outbox),
+                       sessions=self.sessions(ep.name))
 
     def poisoning(self, endpoint: str) -> Poisoning:
         return Poisoning(endpoint=endpoint, inbox=self.inbox,

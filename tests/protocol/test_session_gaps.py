@@ -98,3 +98,26 @@ def _copy(sequence: int) -> Envelope:
                     message_type="Step", source="client", destination="flows",
                     correlation_id="c", sent_at=datetime.fromtimestamp(0, tz=timezone.utc),
                     payload="{}", session="f", stream="s", sequence=sequence)
+
+
+def test_a_purged_copy_that_waited_does_not_hold_up_its_session(
+        storage: Storage, prefix: str) -> None:
+    """As above, and an operator purges step 2's entry before maintenance runs: the purge
+    takes it out of the session's waiting list too (its token is gone, so nothing else could
+    tell it will never come)."""
+    clock = Clock()
+    bus, handled = build(storage, prefix, clock)
+    for n in (1, 2, 3):
+        bus.send(Step(flow="f", n=n))
+    assert deliver(bus, 2) is Outcome.DEFERRED
+    assert deliver(bus, 3) is Outcome.DEFERRED
+    assert deliver(bus, 1) is Outcome.PROCESSED
+    assert deliver(bus, 2) is Outcome.POISONED
+    [entry] = bus.poisoned("flows").entries()
+    assert bus.poisoned("flows").purge() == [entry.id]
+    clock.now += WINDOW + 1
+    assert bus.sessions("flows").release_overdue() == 1
+    assert deliver(bus, 3) is Outcome.PROCESSED
+    assert handled == [1, 3]
+    info = bus.sessions("flows").get("f")
+    assert info is not None and not info.waiting

@@ -10,7 +10,10 @@ receiver does (its payload decoded into its route's contract) and, when the slot
 the message's unfinished record, completes it - which consumes the token. When the record
 cannot be completed now (no room yet, storage failing) ``settle`` raises, and the purge keeps
 that entry. A message that never reached its handler (no payload, a copy the endpoint would
-poison) has no record to settle.
+poison) has no record to settle. A copy of a session that waited for its turn stays in the
+session's waiting list when it is poisoned later (a poisoned copy commits nothing), which
+maintenance tells from its poisoned token; once purged, its token is gone, so ``settle`` takes
+it out of the list (``Sessions.forget``): its number becomes a gap like any other.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from bus.protocol.copies.sealing import Sealer
 from bus.protocol.outbox.dispatch import Dispatcher
 from bus.protocol.outbox.slot import Outbox
 from bus.protocol.receive.admission import EndpointRouting
+from bus.protocol.sessions.admin import Sessions
 from bus.protocol.tokens.inbox import Inbox, finished
 
 
@@ -29,7 +33,9 @@ class Settler:
     """Completes the unfinished record of a message of one endpoint, if it has one."""
 
     def __init__(self, *, endpoint: Endpoint, routing: EndpointRouting, payloads: Payloads,
-                 sealer: Sealer, inbox: Inbox, outbox: Outbox, dispatcher: Dispatcher) -> None:
+                 sealer: Sealer, inbox: Inbox, outbox: Outbox, dispatcher: Dispatcher,
+                 sessions: Sessions) -> None:
+        self._sessions = sessions
         self._endpoint = endpoint
         self._routing = routing
         self._payloads = payloads
@@ -39,7 +45,8 @@ class Settler:
         self._dispatcher = dispatcher
 
     def settle(self, envelope: Envelope) -> None:
-        """Complete the message's unfinished record, if any. Raises what completing it raised
+        """Complete the message's unfinished record, if any, and take it out of its session's
+        waiting list. Raises what completing it raised
         (QueueFull: no room yet; a StorageError; ClaimLost: someone else moved the slot on -
         call again)."""
         partition = self._partition(envelope)
@@ -47,11 +54,13 @@ class Settler:
             return
         slot = self._outbox.load(partition)
         record = slot.record
-        if record is None or not record.is_for(envelope):
-            return  # the slot moved on: a record is replaced only once it is finished
-        if finished(record, self._inbox.read(self._endpoint.name, record.attempt_id)):
-            return
-        self._dispatcher.complete(slot, committed_by_me=False)
+        # A record is replaced only once it is finished: one of another message means this
+        # one's is finished (or never was).
+        if record is not None and record.is_for(envelope) and not finished(
+                record, self._inbox.read(self._endpoint.name, record.attempt_id)):
+            self._dispatcher.complete(slot, committed_by_me=False)
+        if envelope.session is not None:
+            self._sessions.forget(envelope.session, partition, envelope.message_id)
 
     def _partition(self, envelope: Envelope) -> str | None:
         """The message's partition, as the receiver found it; None when no handler could

@@ -145,6 +145,20 @@ class Sessions:
                             row.model_copy(update={"closed_at": now, "updated_at": now}))
         return 0 if info is None else self._release(info.waiting)
 
+    def forget(self, session: str, partition: str, message_id: str) -> bool:
+        """Take ``message_id``'s copies out of the session's waiting list: the message will
+        never come (an operator purged it), so its number is a gap like any other. Whether
+        the row listed it."""
+        listed = [False]
+
+        def without(row: SessionRow) -> SessionRow:
+            kept = tuple(w for w in row.waiting if w.message_id != message_id)
+            listed[0] = len(kept) != len(row.waiting)
+            return row.model_copy(update={"waiting": kept}) if listed[0] else row
+
+        self._change(session, partition, without)
+        return listed[0]
+
     def release_overdue(self) -> int:
         """Maintenance: for an endpoint that skips gaps, release the first waiting copy of
         each stream whose gap is older than the reorder window (it arrives, and the receiver
