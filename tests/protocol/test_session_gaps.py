@@ -9,7 +9,15 @@ from datetime import datetime, timezone
 from bus import Bus, Command, Context, Endpoint, Settings
 from bus.envelope import Envelope, decode_signal
 from bus.protocol.delivery import Outcome
-from bus.protocol.sessions.order import Gaps, Handle, SessionRow, SetAside, Waiting, plan
+from bus.protocol.sessions.order import (
+    Gaps,
+    Handle,
+    SessionRow,
+    SetAside,
+    Waiting,
+    plan,
+    skip_requested,
+)
 from bus.retry import Reject
 from bus.seams import Seams
 from bus.storage import Storage
@@ -121,3 +129,27 @@ def test_a_purged_copy_that_waited_does_not_hold_up_its_session(
     assert handled == [1, 3]
     info = bus.sessions("flows").get("f")
     assert info is not None and not info.waiting
+
+
+def _copy_of(stream: str, sequence: int) -> Envelope:
+    return _copy(sequence).model_copy(update={"stream": stream,
+                                              "message_id": f"{stream}{sequence}",
+                                              "attempt_id": f"a-{stream}{sequence}"})
+
+
+def test_an_operators_skip_is_for_the_gaps_it_saw() -> None:
+    """The operator skips stream s's gap while t has a copy waiting too; once s moved on, a
+    new ordinary reorder in stream u is not skipped: u's copy waits for its turn."""
+    blocking = Gaps(window=WINDOW, skip=False)
+    row = SessionRow(streams={"s": 1, "t": 1}, waiting=(
+        Waiting(stream="s", sequence=3, message_id="s3", generation=0, since=0.0),
+        Waiting(stream="t", sequence=2, message_id="t2", generation=0, since=0.0)))
+    asked = skip_requested(row)
+    moved = plan(asked, "f", _copy_of("s", 3), 1, 10.0, gaps=blocking, endpoint="flows")
+    assert isinstance(moved, Handle) and moved.row.expected("s") == 4
+    early = plan(moved.row, "f", _copy_of("u", 2), 0, 11.0, gaps=blocking, endpoint="flows")
+    assert isinstance(early, SetAside) and early.row.expected("u") == 1  # waits for u1
+    [gap] = early.row.gaps
+    assert (gap.stream, gap.first, gap.last, gap.by) == ("s", 1, 2, "operator")
+    t_moves = plan(early.row, "f", _copy_of("t", 2), 1, 12.0, gaps=blocking, endpoint="flows")
+    assert isinstance(t_moves, Handle)  # t's gap was there when the operator asked

@@ -29,6 +29,7 @@ from bus.protocol.sessions.order import (
     Waiting,
     decode,
     session_row_key,
+    skip_requested,
     write_op,
 )
 from bus.protocol.tokens.inbox import TokenState, finished
@@ -129,7 +130,7 @@ class Sessions:
         waiting copies were released to go on (0: nothing waits, so nothing to skip to).
         ``partition``: where its row is, when its key has rows in several (``get``)."""
         info = self._change(session, partition,
-                            lambda row: row.model_copy(update={"skip": True}))
+                            skip_requested)
         if info is not None:
             info = self._without_poisoned(info)  # they would hold the skip up (see there)
         if info is None or not info.waiting:

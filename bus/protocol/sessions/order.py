@@ -127,7 +127,11 @@ class SessionRow(BaseModel):
     blocked_since: float | None = None
     """Set while a gap older than the reorder window blocks the session (reported)."""
     skip: bool = False
-    """An operator asked to skip the current gap (``Sessions.skip``)."""
+    """Written by earlier versions for an operator's skip: every stream with copies waiting
+    skips its gap (read as before; ``skip_streams`` now)."""
+    skip_streams: tuple[str, ...] = ()
+    """The streams an operator asked to skip past their gap (``Sessions.skip``): those that
+    had copies waiting then - a later reorder in another stream waits for its turn."""
     gaps: tuple[Gap, ...] = ()
     handled: int = 0
     """Messages handled in this session."""
@@ -231,8 +235,10 @@ def _advance(row: SessionRow, stream: str, k: int, now: float) -> SessionRow:
     asked for only while copies wait."""
     streams = {**row.streams, stream: k + 1}
     waiting = tuple(w for w in row.waiting if (w.stream, w.sequence) != (stream, k))
+    skipping = tuple(s for s in row.skip_streams if any(w.stream == s for w in waiting))
     return row.model_copy(update={"streams": streams, "waiting": waiting,
                                   "blocked_since": None, "skip": row.skip and bool(waiting),
+                                  "skip_streams": skipping,
                                   "handled": row.handled + 1, "updated_at": now})
 
 
@@ -242,8 +248,19 @@ def _overdue(row: SessionRow, stream: str, now: float, window: float) -> bool:
     return bool(first) and now - min(w.since for w in first) >= window
 
 
+def skip_requested(row: SessionRow) -> SessionRow:
+    """The row once an operator asked to skip the gaps it has now: those of the streams with
+    copies waiting."""
+    streams = {*row.skip_streams, *(w.stream for w in row.waiting)}
+    return row.model_copy(update={"skip_streams": tuple(sorted(streams))})
+
+
+def _operator_skips(row: SessionRow, stream: str) -> bool:
+    return row.skip or stream in row.skip_streams
+
+
 def _skipping(row: SessionRow, stream: str, now: float, gaps: Gaps) -> bool:
-    return row.skip or (gaps.skip and _overdue(row, stream, now, gaps.window))
+    return _operator_skips(row, stream) or (gaps.skip and _overdue(row, stream, now, gaps.window))
 
 
 def _skip(row: SessionRow, stream: str, k: int, now: float) -> SessionRow:
@@ -252,11 +269,12 @@ def _skip(row: SessionRow, stream: str, k: int, now: float) -> SessionRow:
     itself (released in its turn and not arrived yet), and then nothing is."""
     lowest = min([k, *(w.sequence for w in row.waiting_for(stream))])
     gap = Gap(stream=stream, first=row.expected(stream), last=lowest - 1, at=now,
-              by="operator" if row.skip else "window")
+              by="operator" if _operator_skips(row, stream) else "window")
     gaps = (*row.gaps, gap)[-MAX_GAPS:] if gap.last >= gap.first else row.gaps
     others = any(w.stream != stream for w in row.waiting)  # an operator's skip: theirs too
     return row.model_copy(update={
         "streams": {**row.streams, stream: lowest}, "skip": row.skip and others,
+        "skip_streams": tuple(s for s in row.skip_streams if s != stream),
         "blocked_since": None, "gaps": gaps, "updated_at": now})
 
 
