@@ -91,6 +91,11 @@ class Safeguards:
     compare-and-swap before it sends a copy and removes the entry, as it revives a poisoned
     one: a poisoning that wrote the entry and has yet to poison the token (by the ETag it read
     before) then fails that poisoning, instead of poisoning a token whose entry is gone."""
+    one_entry_per_token: bool = True
+    """The poison-queue tools keep one entry per poisoned token (the oldest): two poisonings
+    of one message that raced (concurrent copies rejected, each writing its entry before one
+    of them poisons the token) leave two entries, which would overstate every count and
+    replay the message twice."""
 
 
 BREAKS: dict[str, tuple[Safeguards, str]] = {
@@ -136,6 +141,8 @@ BREAKS: dict[str, tuple[Safeguards, str]] = {
     "poisoned-ends-deferral": (Safeguards(apply_poisoned_deferral=False),
                                "a claim commits over a deferring record whose token was poisoned "
                                "after its commit, as if it were finished"),
+    "duplicate-entries": (Safeguards(one_entry_per_token=False),
+                          "the poison-queue tools keep every entry of a poisoned token"),
     "unmarked-sends": (Safeguards(send_marks=False),
                        "send_once_many creates tokens without send marks"),
     "mark-apart": (Safeguards(marks_with_tokens=False),

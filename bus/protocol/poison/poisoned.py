@@ -68,7 +68,7 @@ from bus.protocol.poison.queue import PoisonEntry, PoisonQueue
 from bus.protocol.safeguards import Safeguards
 from bus.protocol.tokens.inbox import Inbox, TokenState
 from bus.protocol.tokens.verdict import Verdict, verdict
-from bus.storage import QueueMessage, Queues, StorageError
+from bus.storage import NotFound, QueueMessage, Queues, StorageError
 
 HOST_REASON = "moved to the poison queue by the host after its maximum dequeue count"
 _PAGE = 32  # the most messages one receive returns
@@ -114,6 +114,7 @@ class PoisonedMessages:
         """Why the last ``purge`` kept each entry it was asked to purge and did not."""
         self.endpoint = endpoint
         self._swap_live = (safeguards or Safeguards()).swap_before_resend
+        self._one_entry = (safeguards or Safeguards()).one_entry_per_token
         self._resign = resign
         self._queue = names.queue(endpoint)
         self._poison = names.poison_queue(endpoint)
@@ -127,8 +128,9 @@ class PoisonedMessages:
 
     def adopt(self) -> int:
         """Turn what the Functions host moved here itself into entries of the bus's own (see
-        the module docstring); returns how many signals were adopted. A signal whose message
-        was processed since (its token gone) is dropped: there is nothing to replay."""
+        the module docstring), and keep one entry per poisoned token; returns how many
+        signals were adopted. A signal whose message was processed since (its token gone) is
+        dropped: there is nothing to replay."""
         adopted = 0
         ours: list[QueueMessage] = []
         try:
@@ -139,9 +141,40 @@ class PoisonedMessages:
                         ours.append(message)
                     else:
                         adopted += self._adopt(message)
+            if self._one_entry:
+                ours = self._without_duplicates(ours)
         finally:
             self._release(ours)
         return adopted
+
+    def _without_duplicates(self, ours: list[QueueMessage]) -> list[QueueMessage]:
+        """Delete all but the oldest entry of each poisoned token; the rest of ``ours``.
+        Poisonings that race (concurrent copies of one message rejected, each writing its
+        entry before one of them poisons the token: the others' compare-and-swap fails) leave
+        one entry each. Only a token that is poisoned now: its poisoning landed, so the other
+        entries are spare. An entry kept whole in a blob (it names no envelope here) is left."""
+        by_token: dict[str, list[tuple[QueueMessage, PoisonEntry]]] = {}
+        seen: set[str] = set()
+        for message in ours:
+            if message.id in seen:  # received twice: its lease ran out while the pages came
+                continue
+            seen.add(message.id)
+            try:
+                entry = PoisonEntry.decode(message.body)
+            except ValueError:
+                continue
+            if entry.envelope is not None and entry.envelope.destination == self.endpoint:
+                by_token.setdefault(entry.envelope.attempt_id, []).append((message, entry))
+        spare: set[str] = set()
+        for attempt_id, group in by_token.items():
+            if len(group) < 2 or verdict(self._inbox.read(self.endpoint, attempt_id)) \
+                    is not Verdict.POISONED:
+                continue
+            for message, _ in sorted(group, key=lambda pair: pair[1].poisoned_at)[1:]:
+                with contextlib.suppress(NotFound):
+                    self._queues.delete(self._poison, message)
+                spare.add(message.id)
+        return [message for message in ours if message.id not in spare]
 
     def entries(self) -> list[PoisonedMessage]:
         """Every entry, oldest first (entries are leased briefly while read)."""

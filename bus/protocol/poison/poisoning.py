@@ -103,11 +103,17 @@ class Poisoning:
 
     def failed(self, body: str, envelope: Envelope, exc: Exception, dequeue_count: int,
                ack: Callable[[], None]) -> Outcome:
-        """A handler that raised on the last delivery allowed, or rejected the message."""
+        """A handler that raised on the last delivery allowed, or rejected the message -
+        unless its token says another copy's poisoning (or processing) got there first:
+        then this copy is dropped as such (one message, one entry)."""
+        token = self._inbox.read(self.endpoint, envelope.attempt_id)  # before the entry
+        found = verdict(token)
+        if found is not Verdict.PROCESS:
+            ack()
+            return dropped(found)
         note_error(sc.error_type(exc), exc)
         reason = (f"rejected: {exc}" if isinstance(exc, Reject)
                   else f"handler failed {dequeue_count} times (max delivery count)")
-        token = self._inbox.read(self.endpoint, envelope.attempt_id)  # before the entry
         self._poison.put(body, reason=reason, dequeue_count=dequeue_count, now=self._clock(),
                          envelope=envelope, exception=f"{type(exc).__name__}: {exc}")
         self._poison_token(token)

@@ -154,6 +154,9 @@ def _exactly_once(found: Found, plan: SessionPlan, labels: dict[str, str]) -> li
         if n == 0 and poisoned:
             violations.extend(f"Tally {label} poisoned: {letter.reason}" for letter in poisoned
                               if not _accounted(letter, found, plan))
+            if len(poisoned) > 1:  # one message, one entry: counts and replays stay true
+                violations.append(f"Tally {label} poisoned {len(poisoned)} times: "
+                                  + "; ".join(letter.reason for letter in poisoned))
         elif n == 0:
             violations.append(f"Tally {label} lost")
         else:
