@@ -37,7 +37,11 @@ handled after all, replay it with ``drop_expiry``: the signal is sent without ``
 (signed again with the app's key when it was signed: the signature covers the field).
 
 Purging deletes the entry and, when its token is poisoned, the token and its claim-check
-payload: any late copy of the message is then a duplicate.
+payload: any late copy of the message is then a duplicate. A message whose handler committed
+can be poisoned too (its sends waited for room while its deliveries ran out); its token is what
+tells the record is unfinished, so a purge first completes that record, or keeps the entry while
+it cannot (``settle``: ``bus.protocol.receive.settle``; ``refusals`` says why). One entry per
+token: poisonings that raced leave one each, and ``adopt`` deletes all but the oldest.
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ from bus.envelope import (
     encode_signal,
     split_bundle,
 )
-from bus.errors import Contention, QueueFull, UnreadableVersion
+from bus.errors import Contention, QueueFull, UnreadableRecord, UnreadableVersion
 from bus.ids import random_id
 from bus.naming import Names
 from bus.protocol.copies.payloads import Payloads
@@ -230,7 +234,7 @@ class PoisonedMessages:
             self._settle(envelope)
         except QueueFull as exc:
             return f"kept: its handler committed and its sends wait for room ({exc})"
-        except (StorageError, Contention, ClaimLost) as exc:
+        except (StorageError, Contention, ClaimLost, UnreadableRecord) as exc:
             return f"kept: its handler's committed record could not be completed now ({exc})"
         return None
 

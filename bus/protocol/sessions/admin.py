@@ -129,8 +129,7 @@ class Sessions:
         """Move the session past its gaps now, whatever the reorder window: returns how many
         waiting copies were released to go on (0: nothing waits, so nothing to skip to).
         ``partition``: where its row is, when its key has rows in several (``get``)."""
-        info = self._change(session, partition,
-                            skip_requested)
+        info = self._change(session, partition, skip_requested)
         if info is not None:
             info = self._without_poisoned(info)  # they would hold the skip up (see there)
         if info is None or not info.waiting:
