@@ -1,4 +1,5 @@
-"""``async def`` handlers are awaited, on every host (the Spark jobs run no handlers): their
+"""``async def`` handlers are awaited, on every host (the Spark jobs run no handlers; the
+Functions app's trigger: tests/hosting/functions/test_async_trigger.py): their
 effect commits exactly once, their failures are retried and poisoned like a plain handler's.
 What the bus cannot await (async middleware, async partition/reads/session functions) is
 refused when it is registered."""
@@ -6,17 +7,11 @@ refused when it is registered."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import functools
-import json
-from pathlib import Path
 
-import azure.durable_functions as df
-import azure.functions as func
 import pytest
 
 from bus import Bus, Command, ConfigurationError, Context, Endpoint, Middleware, RetryPolicy
-from bus.hosting.functions.app import BusFunctions, trigger_function_name
 from bus.settings import Settings
 from bus.testing import InMemoryStorage, drain
 
@@ -77,48 +72,6 @@ def test_an_async_handler_that_raises_is_retried_then_poisoned() -> None:
     [entry] = bus.poisoned("till").entries()
     assert "card declined" in (entry.entry.exception or "")
     assert paid(bus, "p2") is None
-
-
-DURABLE_CLIENT = json.dumps({  # what the host binds; no orchestration starts here
-    "taskHubName": "hub", "creationUrls": {}, "managementUrls": {},
-    "baseUrl": "http://127.0.0.1:9/runtime/webhooks/durabletask",
-    "rpcBaseUrl": "http://127.0.0.1:9/runtime/webhooks/durabletask",
-    "requiredQueryStringParameters": ""})
-
-
-def test_an_async_handler_runs_on_the_functions_workers_event_loop(tmp_path: Path) -> None:
-    """The Functions app's trigger function (``BusFunctions``) is an async function on the
-    worker's event loop that hands the delivery to a thread; the handler's coroutine comes
-    back to that loop, as an async function of the app would run."""
-    loops: list[asyncio.AbstractEventLoop] = []
-    desk = Endpoint("desk")
-
-    @desk.handles(Pay, partition=lambda m: m.ref)
-    async def pay(message: Pay, ctx: Context) -> None:
-        loops.append(asyncio.get_running_loop())
-        await asyncio.sleep(0)
-        ctx.state.put("paid", {"cents": message.cents})
-
-    (tmp_path / "host.json").write_text("{}")
-    functions = BusFunctions([desk], environ={"AzureWebJobsStorage": "memory:async-handlers"},
-                             host_json=tmp_path / "host.json")
-    bus = functions.bus
-    bus.provision()
-    bus.send(Pay(ref="p3", cents=7))
-    [signal] = bus.storage.queues.receive(bus.names.queue("desk"), max_messages=1, lease=30.0)
-    app = df.DFApp()
-    app.register_functions(functions)
-    [function] = [f for f in app.get_functions()
-                  if f.get_function_name() == trigger_function_name("desk")]
-    message = func.QueueMessage(body=base64.b64decode(signal.body))
-
-    async def invocation() -> asyncio.AbstractEventLoop:
-        await function.get_user_function()(msg=message, client=DURABLE_CLIENT, context=None)
-        return asyncio.get_running_loop()
-
-    worker_loop = asyncio.run(invocation())
-    assert loops == [worker_loop]
-    assert bus.read_state("desk", "p3", "paid") == {"cents": 7}
 
 
 def test_an_async_handler_runs_when_its_caller_is_inside_an_event_loop() -> None:
