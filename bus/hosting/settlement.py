@@ -190,7 +190,8 @@ class Settlement(Generic[M]):
         if self._host.poisons_at_max and signal.dequeue_count >= self.max_delivery_count:
             return self._give_up(part, signal, cause)
         if self._host.poisons_at_max and part.dequeue_count >= self.max_delivery_count - 1:
-            copy = _with_count(signal, self.bus.storage.queues.limits.signal_bytes)
+            copy = body_with_deliveries(signal.body, signal.dequeue_count,
+                                        self.bus.storage.queues.limits.signal_bytes)
             if copy is not None:
                 return self._requeue(part, signal, copy, cause)
         if isinstance(cause, QueueFull):
@@ -243,8 +244,9 @@ def _decoded(body: str) -> bytes | None:
         return None
 
 
-def _with_count(signal: Incoming, capacity: int) -> str | None:
-    """The signal's body carrying its delivery count, or None when it cannot carry it."""
-    raw = _decoded(signal.body)
-    copy = None if raw is None else with_deliveries(raw, signal.dequeue_count, capacity)
+def body_with_deliveries(body: str, deliveries: int, capacity: int) -> str | None:
+    """A signal's body (base64) carrying ``deliveries`` (``with_deliveries``), or None when it
+    cannot carry a count (a bundle, a body that is not JSON, no room)."""
+    raw = _decoded(body)
+    copy = None if raw is None else with_deliveries(raw, deliveries, capacity)
     return None if copy is None else base64.b64encode(copy).decode("ascii")

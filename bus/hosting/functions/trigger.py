@@ -48,9 +48,9 @@ from dataclasses import dataclass
 
 from bus.backoff import Wait
 from bus.bus import Bus
-from bus.envelope import carried_deliveries, with_deliveries
+from bus.envelope import carried_deliveries
 from bus.hosting.breaker import CircuitBreaker
-from bus.hosting.settlement import Settlement
+from bus.hosting.settlement import Settlement, body_with_deliveries
 from bus.protocol.delivery import Delivery, Outcome
 
 
@@ -118,9 +118,9 @@ class QueueTrigger:
         signal that cannot carry a count (a bundle, a body that is not JSON) goes back as
         it came."""
         _, carried = carried_deliveries(raw)
-        failed = carried + dequeue_count - 1
-        copy = with_deliveries(raw, failed, self.bus.storage.queues.limits.signal_bytes)
-        return body if copy is None else base64.b64encode(copy).decode("ascii")
+        copy = body_with_deliveries(body, carried + dequeue_count - 1,
+                                    self.bus.storage.queues.limits.signal_bytes)
+        return body if copy is None else copy
 
     def _deliver(self, raw: bytes, dequeue_count: int) -> Delivery:
         body = base64.b64encode(raw).decode("ascii")

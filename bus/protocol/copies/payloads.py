@@ -50,6 +50,12 @@ class Payloads:
             raise PayloadError(f"payload of {size} bytes is over the limit of {self.max_bytes} "
                                "(Settings.max_payload_bytes)")
 
+    def of(self, envelope: Envelope) -> bytes | None:
+        """The copy's payload bytes: inline, or its claim check's blob (``get``)."""
+        if envelope.payload_ref is None:
+            return envelope.inline_payload()
+        return self.get(envelope.payload_ref)
+
     def get(self, ref: PayloadRef) -> bytes | None:
         """The payload, or None when its blob is gone. Raises PayloadError when the blob holds
         more than ``max_bytes`` (only that much and a byte is read)."""

@@ -161,7 +161,7 @@ class Admission(Generic[T]):
                                        self._payloads.outside(envelope, self.endpoint),
                                        item.dequeue_count, item.ack)
         try:
-            payload = self._payload(envelope)
+            payload = self._payloads.of(envelope)
         except PayloadError as exc:  # a blob over the limit: not read
             return self._poisoning.bad(item.body, envelope, str(exc), item.dequeue_count,
                                        item.ack)
@@ -201,10 +201,6 @@ class Admission(Generic[T]):
         item.ack()
         return dropped(found)
 
-    def _payload(self, envelope: Envelope) -> bytes | None:
-        if envelope.payload_ref is None:
-            return envelope.inline_payload()
-        return self._payloads.get(envelope.payload_ref)
 
 
 def misaddressed(envelope: Envelope, endpoint: str) -> str | None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from bus.endpoint import Endpoint
 from bus.envelope import BadSignal, Envelope
+from bus.errors import PayloadError
 from bus.protocol.copies.payloads import Payloads
 from bus.protocol.copies.sealing import Sealer
 from bus.protocol.outbox.dispatch import Dispatcher
@@ -68,11 +69,10 @@ class Settler:
         if self._routing.refusal(envelope) is not None or not self._payloads.confined(
                 envelope, self._endpoint.name):
             return None
-        data = (envelope.inline_payload() if envelope.payload_ref is None
-                else self._payloads.get(envelope.payload_ref))
-        if data is None:
-            return None
         try:
+            data = self._payloads.of(envelope)
+            if data is None:
+                return None
             return self._routing.decode(envelope, self._sealer.open(envelope, data)).partition
-        except BadSignal:
+        except (BadSignal, PayloadError):  # over the limit or not readable: never handled
             return None
