@@ -17,8 +17,9 @@ SIM_RUNS ?= 300
 JOBS ?= auto
 PYTEST_PARALLEL = -n $(JOBS) --dist worksteal
 # What `make check` leaves out: the tests marked by tests/conftest.py as needing Azurite, Spark,
-# a browser or Microsoft's Functions worker, and the simulation slice that follows the commit.
-CHECK_MARKERS = not (azurite or spark or browser or worker or sim_slice)
+# a browser or Microsoft's Functions worker, the simulation slice that follows the commit and the
+# simulation runs that drive the whole public surface (sim_long).
+CHECK_MARKERS = not (azurite or spark or browser or worker or sim_slice or sim_long)
 # The commit's simulation slice in `make test` (tests/sim/seeds.py): its size.
 SIM_SLICE ?= 300
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from datetime import timedelta
 
 from tenacity import Retrying
@@ -94,8 +94,7 @@ class Client:
 
         ids: dict[int, str] = {}
         errors: dict[int, Exception] = {}
-        with ThreadPoolExecutor(max_workers=max_in_flight,
-                                thread_name_prefix="bus-send") as pool:
+        with self.parts.seams.pool(max_in_flight) as pool:
             # Each send in the caller's context: its span is a child of the caller's.
             futures = {pool.submit(contextvars.copy_context().run, one, message): index
                        for index, message in enumerate(batch)}

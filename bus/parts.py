@@ -194,7 +194,8 @@ class Parts:
                                                             self.inbox.limits),
                        payloads=self.payloads, sealer=self.sealer, inbox=self.inbox,
                        outbox=outbox, dispatcher=self.dispatcher(outbox),
-                       sessions=self.sessions(ep.name))
+                       sessions=self.sessions(ep.name),
+                       complete=self.safeguards.settle_before_purge)
 
     def poisoning(self, endpoint: str) -> Poisoning:
         return Poisoning(endpoint=endpoint, inbox=self.inbox,
@@ -225,7 +226,7 @@ class Parts:
         poisoning = self.poisoning(endpoint.name)
         admission = self.admission(
             endpoint.name, EndpointRouting(endpoint, self.serializer, self.inbox.limits),
-            expire_early=False)
+            expire_early=not self.safeguards.expire_after_claim)
         handling = Handling(
             endpoint=endpoint, tables=self.observed.tables,
             state_table=self.names.state_table(endpoint.name),

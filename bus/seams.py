@@ -13,6 +13,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from bus.ids import IdFactory, random_id
@@ -31,3 +32,7 @@ class Seams:
     safeguards: Safeguards = field(default_factory=Safeguards)
     gate: Callable[[], Gate] = threading.Event
     """What a sender waits on while another flushes its group (``bus.protocol.send.group``)."""
+    pool: Callable[[int], Executor] = field(default=lambda workers: ThreadPoolExecutor(
+        max_workers=workers, thread_name_prefix="bus-send"))
+    """Where ``send_many`` runs up to that many sends at once (the simulation's actors share
+    one thread: there, one after another)."""

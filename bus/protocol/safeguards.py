@@ -91,6 +91,13 @@ class Safeguards:
     compare-and-swap before it sends a copy and removes the entry, as it revives a poisoned
     one: a poisoning that wrote the entry and has yet to poison the token (by the ETag it read
     before) then fails that poisoning, instead of poisoning a token whose entry is gone."""
+    expire_after_claim: bool = True
+    """A receiver judges a copy's time-to-live after its claim: a copy whose handler committed
+    already (its sends waiting for room, say) has its record completed, never poisoned as
+    expired (a Spark read, which commits nothing, still expires copies early)."""
+    settle_before_purge: bool = True
+    """A purge first completes the unfinished record of the message whose entry it deletes:
+    a handler that committed has its sends go out, though its token and entry go."""
     one_entry_per_token: bool = True
     """The poison-queue tools keep one entry per poisoned token (the oldest): two poisonings
     of one message that raced (concurrent copies rejected, each writing its entry before one
@@ -143,6 +150,13 @@ BREAKS: dict[str, tuple[Safeguards, str]] = {
                                "after its commit, as if it were finished"),
     "duplicate-entries": (Safeguards(one_entry_per_token=False),
                           "the poison-queue tools keep every entry of a poisoned token"),
+    "expire-before-claim": (Safeguards(expire_after_claim=False),
+                            "a receiver poisons an expired copy before its claim, whether or "
+                            "not its handler committed"),
+    "purge-unsettled": (Safeguards(settle_before_purge=False),
+                        "a purge deletes a message's token without completing its unfinished "
+                        "record"),
+
     "unmarked-sends": (Safeguards(send_marks=False),
                        "send_once_many creates tokens without send marks"),
     "mark-apart": (Safeguards(marks_with_tokens=False),

@@ -27,33 +27,35 @@ pytestmark = pytest.mark.sim
 FAILING_SEED = {
     "ack-before-commit": 1,
     "ack-bundle-early": 30,
-    "commit-over-unfinished": 3,
+    "commit-over-unfinished": 4,
     "dirty-retry": 1,
     "drop-presumed-orphans": 1,
-    "duplicate-entries": 15,
+    "duplicate-entries": 3,
+    "expire-before-claim": 11,
     "forget-sent": 3,
     "keep-failed-reads": 5,
-    "mark-apart": 103,
-    "payload-before-token": 82,
-    "poisoned-ends-deferral": 59,
+    "mark-apart": 11,
+    "payload-before-token": 210,
+    "poisoned-ends-deferral": 187,
+    "purge-unsettled": 118,
     "release-any-deferral": 13,
     "release-before-commit": 152,
-    "resend-without-swap": 18,
+    "resend-without-swap": 17,
     "reuse-attempt-ids": 90,
-    "reuse-send-ids": 13,
+    "reuse-send-ids": 78,
     "session-apart": 2,
-    "settle-before-stage": 20,
-    "settle-reads-early": 6,
+    "settle-before-stage": 96,
+    "settle-reads-early": 7,
     "skip-claim-cas": 1,
     "skip-confirm": 1,
     "skip-fence-superseded": 8,
     "skip-origin-check": 1,
-    "skip-origin-fence": 15,
+    "skip-origin-fence": 13,
     "skip-sequence-check": 2,
     "skip-token-check": 4,
-    "skip-unfinished-commits": 8,
+    "skip-unfinished-commits": 5,
     "split-claim-read": 38,
-    "steps-by-message-id": 122,
+    "steps-by-message-id": 59,
     "unmarked-sends": 39,
 }
 """A seed at which each break fails, the quickest one found among the first 300 (a broken run
@@ -88,7 +90,14 @@ def test_the_protocol_holds_on_the_commits_seeds(commit_seeds: range) -> None:
                            "python -m bus.testing.simulate --runs 1 --seed S")
 
 
-@pytest.mark.parametrize("name", sorted(BREAKS))
+SLOW_BREAKS = {"payload-before-token", "purge-unsettled", "steps-by-message-id"}
+"""Breaks whose known seed fails only by not quiescing, after 20 s to 100 s: checked by
+``make test`` (``sim_long``), not in the developer's loop. ``purge-unsettled`` fails one run
+of the first 300 (seed 118)."""
+
+
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.sim_long)
+                                  if name in SLOW_BREAKS else name for name in sorted(BREAKS)])
 def test_each_break_fails_at_its_known_seed(name: str) -> None:
     seed = FAILING_SEED.get(name)
     assert seed is not None, (

@@ -169,6 +169,14 @@ class MemoryQueues:
                 self._expire(queue)
             return [m.body for m in self._queues.get(queue, [])]
 
+    def listed(self, queue: str) -> list[tuple[str, str]]:
+        """Every message's id and body, leased ones included (what an operator's last
+        listing showed)."""
+        with self._core.lock:
+            if queue in self._queues:
+                self._expire(queue)
+            return [(m.id, m.body) for m in self._queues.get(queue, [])]
+
     def names(self) -> list[str]:
         with self._core.lock:
             return sorted(self._queues)

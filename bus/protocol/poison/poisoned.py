@@ -76,6 +76,7 @@ from bus.storage import NotFound, QueueMessage, Queues, StorageError
 
 HOST_REASON = "moved to the poison queue by the host after its maximum dequeue count"
 _PAGE = 32  # the most messages one receive returns
+_RELEASE_ATTEMPTS = 3
 _ROUNDS = 5
 
 
@@ -354,11 +355,18 @@ class PoisonedMessages:
 
     def _release(self, messages: list[QueueMessage]) -> None:
         """Make leased entries visible again (deleted ones excepted: replayed or purged).
-        Best effort, each on its own: an entry whose release fails shows again when its lease
-        runs out, and the others are not left hidden for as long."""
+        Each on its own, tried up to ``_RELEASE_ATTEMPTS`` times: an entry whose release still
+        fails is hidden from every reader (the dashboard, ``dlq``, maintenance) until its
+        lease runs out, and the others are not left hidden for as long."""
         for message in messages:
-            with contextlib.suppress(StorageError):
-                self._queues.extend(self._poison, message, lease=0)
+            for _ in range(_RELEASE_ATTEMPTS):
+                try:
+                    self._queues.extend(self._poison, message, lease=0)
+                    break
+                except NotFound:
+                    break  # deleted meanwhile (replayed, purged): nothing to show again
+                except StorageError:
+                    continue
 
     def _entry(self, message: QueueMessage) -> PoisonEntry:
         try:

@@ -35,8 +35,11 @@ class Settler:
 
     def __init__(self, *, endpoint: Endpoint, routing: EndpointRouting, payloads: Payloads,
                  sealer: Sealer, inbox: Inbox, outbox: Outbox, dispatcher: Dispatcher,
-                 sessions: Sessions) -> None:
+                 sessions: Sessions, complete: bool = True) -> None:
+        """``complete``: complete the message's unfinished record (off: the simulation's
+        break)."""
         self._sessions = sessions
+        self._complete = complete
         self._endpoint = endpoint
         self._routing = routing
         self._payloads = payloads
@@ -57,7 +60,7 @@ class Settler:
         record = slot.record
         # A record is replaced only once it is finished: one of another message means this
         # one's is finished (or never was).
-        if record is not None and record.is_for(envelope) and not finished(
+        if self._complete and record is not None and record.is_for(envelope) and not finished(
                 record, self._inbox.read(self._endpoint.name, record.attempt_id)):
             self._dispatcher.complete(slot, committed_by_me=False)
         if envelope.session is not None:

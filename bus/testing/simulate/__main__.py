@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
@@ -10,6 +11,7 @@ import time
 from collections import Counter
 
 from bus.protocol.safeguards import BREAKS, Safeguards
+from bus.testing.simulate import surface
 from bus.testing.simulate.run import run_once
 
 _SHOWN_FAILURES = 5
@@ -57,6 +59,29 @@ def _run(args: argparse.Namespace) -> int:
     if args.every_break:
         return _search_every_break(args.seed, args.runs, args.progress)
     safeguards = BREAKS[args.break_name][0] if args.break_name else Safeguards()
+    listed = _surface_listed() if args.surface else None
+    drove: Counter[str] = Counter()
+    with surface.counting(drove) if listed is not None else contextlib.nullcontext(drove):
+        summary = _run_seeds(args, safeguards, drove)
+    if listed is not None:
+        summary["surface"] = {operation: drove[operation] for operation in listed}
+        summary["undriven"] = [operation for operation in listed if not drove[operation]]
+    print(json.dumps(summary))
+    return 1 if summary["violations"] and not args.break_name else 0
+
+
+def _surface_listed() -> list[str]:
+    """The public operations (``bus.testing.simulate.surface``); the dashboard's routes need
+    its web stack."""
+    try:
+        return surface.operations()
+    except ImportError as exc:
+        raise SystemExit(f"--surface lists the dashboard's API routes too, which needs its web "
+                         f"stack ({exc.name} is missing): pip install 'eobus[dashboard]'") from exc
+
+
+def _run_seeds(args: argparse.Namespace, safeguards: Safeguards,
+               drove: Counter[str]) -> dict[str, object]:
     totals: Counter[str] = Counter()
     statistics: Counter[str] = Counter()
     messages = violations = 0
@@ -64,7 +89,7 @@ def _run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     for index in range(args.runs):
         seed = args.seed + index
-        result = run_once(seed, safeguards)
+        result = run_once(seed, safeguards, routes=drove)
         messages += result.messages
         totals.update(result.faults)
         statistics.update(result.statistics)
@@ -79,7 +104,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.progress and (index + 1) % max(1, args.runs // 10) == 0:
             print(f"... {index + 1}/{args.runs} runs, {violations} violations, "
                   f"{time.monotonic() - started:.0f} s", file=sys.stderr)
-    print(json.dumps({
+    return {
         "runs": index + 1 if args.runs else 0, "seed": args.seed, "break": args.break_name,
         "messages": messages, "faults_injected": sum(totals.values()),
         "faults_by_kind": dict(sorted(totals.items())), "violations": violations,
@@ -89,8 +114,7 @@ def _run(args: argparse.Namespace) -> int:
         "grouped_sends": {"grouped": statistics["grouped"], "repaired": statistics["repaired"]},
         "exercised": {name: statistics[name] for name in EXERCISED},
         "expired_messages": statistics["expired_messages"],
-        "seconds": round(time.monotonic() - started, 1)}))
-    return 1 if violations and not args.break_name else 0
+        "seconds": round(time.monotonic() - started, 1)}
 
 
 def _search_every_break(first: int, runs: int, progress: bool) -> int:
@@ -134,6 +158,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="for each break, the first of --runs seeds that fails (exit 1 when "
                              "a break fails none)")
     parser.add_argument("--progress", action="store_true", help="progress on stderr")
+    parser.add_argument("--surface", action="store_true",
+                        help="count how often the runs drove each public operation (listed "
+                             "from the code: bus.testing.simulate.surface); the summary's "
+                             "\"surface\" maps each to its count, \"undriven\" lists those at 0")
     parser.add_argument("--stop-at-first", action="store_true",
                         help="stop after the first run that breaks an invariant (its seed is "
                              "printed)")

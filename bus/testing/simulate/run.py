@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import itertools
 import json
 import random
 from collections import Counter
@@ -13,10 +14,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
-from bus import Bus, Settings
+from bus import Bus, QueueFull, Settings
 from bus.adapters.memory import InMemoryStorage
 from bus.envelope import Envelope
-from bus.hosting.maintenance import maintenance_pass
+from bus.hosting import maintenance
 from bus.hosting.worker import Worker
 from bus.protocol.delivery import Outcome
 from bus.protocol.outbox.slot import Outbox
@@ -28,7 +29,8 @@ from bus.seams import Seams
 from bus.storage import StorageError
 from bus.storage.limits import AZURE, StorageLimits
 from bus.testing.seamed import seamed_bus
-from bus.testing.simulate import sessions, spark
+from bus.testing.simulate import briefs, sessions, spark
+from bus.testing.simulate.console import Console
 from bus.testing.simulate.functions import FunctionsHost, Job, Operator, orchestrator
 from bus.testing.simulate.workload import (
     EXPECTED,
@@ -40,6 +42,7 @@ from bus.testing.simulate.workload import (
     Start,
     Tally,
     build,
+    retry_policy,
 )
 from bus.testing.simulate.world import Actor, FaultProfile, Gate, World
 
@@ -82,7 +85,10 @@ class RunResult:
     those a flush left undone, finished alone ("repaired")."""
 
 
-def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
+def run_once(seed: int, safeguards: Safeguards | None = None,
+             routes: Counter[str] | None = None) -> RunResult:
+    """One run from ``seed``; ``routes`` counts the dashboard routes the operator called
+    (``bus.testing.simulate.surface``)."""
     rng = random.Random(seed)
     profile = FaultProfile.draw(rng)
     world = World(rng.getrandbits(64), profile)
@@ -92,19 +98,21 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
     settings = _settings(seed, layout)
     processes = layout.random() < 0.5  # each worker its own Bus: its own slot cache
     senders = layout.choice((1, 2, 6))  # client actors sending at once (their sends group)
-    hosting = random.Random(seed ^ 0xF0C7)  # which host runs each endpoint instance
-    functions_share = hosting.choice((0.0, 0.5, 1.0))  # polling workers, Functions, or both
-    offsets = _clock_offsets(seed)
     with_spark = random.Random(seed ^ 0x5BA4).random() < 0.5  # a Spark job and query
     releases = Releases(explicit=random.Random(seed ^ 0x6E4).random() < 0.75)
+    plan_briefs = _briefs(seed, knobs)
 
     def new_bus(offset: float = 0.0, routes: Mapping[Any, str] | None = None) -> Bus:
         seams = Seams(clock=(lambda: world.now() + offset) if offset else world.now,
                       new_id=world.new_id, sleep=world.sleep,
                       safeguards=safeguards or Safeguards(), random=world.rng.random,
-                      gate=lambda: Gate(world))
-        return seamed_bus(seams, storage, build(knobs, world.rng.random, world.new_id, releases),
-                          prefix="sim", settings=settings, routes=routes)
+                      gate=lambda: Gate(world), pool=briefs.inline_pool)
+        endpoints = build(knobs, world.rng.random, world.new_id, releases)
+        if plan_briefs is not None:
+            endpoints += briefs.endpoints(plan_briefs, retry_policy(knobs), world.rng.random,
+                                          world.new_id, knobs.handler_failure)
+        return seamed_bus(seams, storage, endpoints, prefix="sim", settings=settings,
+                          routes=routes)
 
     bus = new_bus()
     bus.provision()
@@ -134,55 +142,141 @@ def run_once(seed: int, safeguards: Safeguards | None = None) -> RunResult:
         clients.append(_start_spark(world, bus, bus_for=lambda routes: new_bus(routes=routes),
                                     partitions=_spark_partitions(spark_roots, rng),
                                     checkpoint=checkpoint, counts=counts))
+    if plan_briefs is not None:
+        clients.append(Actor("client-briefs", briefs.client(
+            bus, plan_briefs, world.rng, world.sleep, lambda call: _until_ok(world, call)),
+            crashable=False))
     for client in clients:
         world.spawn(client)
-    for endpoint in bus.topology.endpoints:
-        for index in range(rng.randint(2, 3)):
-            offset = next(offsets)
-            own = new_bus(offset) if processes else bus
-            counts["skewed_processes"] += processes and offset != 0.0
-            buses.append(own)
-            functions = hosting.random() < functions_share
-            world.spawn(_instance(own, world, endpoint, index, functions=functions,
-                                  handoffs=handoffs, counts=counts))
+    buses += _spawn_instances(bus, world, rng, seed, new_bus=new_bus if processes else None,
+                              handoffs=handoffs, counts=counts)
     world.spawn(Actor("orchestrator", orchestrator(bus, world, handoffs, counts)))
-    world.spawn(Operator(bus, world, list(bus.topology.endpoints),
-                         {t for _, t in EXPECTED} | {"Start", "Noted", "Tally"}, counts).actor())
-
-    # Maintenance runs in every run: it collects pending tokens of handler runs that never
-    # committed while workers are still committing theirs, releases deferrals and finishes
-    # records whose orchestration never ran.
-    world.spawn(Actor("releaser", _releaser(bus, world, releases, counts)))
+    console = _spawn_operators(bus, world, releases, counts, plan_briefs=plan_briefs,
+                               plan=plan, routes=routes)
     garbage_bodies = {body for body, _ in garbage}
 
     receivers = [*bus.topology.endpoints, *([spark.READER] if with_spark else [])]
 
-    def quiescent() -> bool:
-        return all(c.finished for c in clients) and not handoffs and not any(
-            storage.queues.bodies(bus.names.queue(e)) for e in receivers
-        ) and not any(_in_flight(t) and not _left_waiting(t, plan, world.now())
-                      for t in bus.parts.inbox.all()) and not any(
-            _to_replay(body, garbage_bodies) for e in receivers
-            for body in storage.queues.bodies(bus.names.poison_queue(e))
-        ) and not _unfinished_records(bus, storage) and not (
-            with_spark and spark.unread(bus, checkpoint))
+    watch = _Watch(bus, storage, world, clients=clients, handoffs=handoffs,
+                   receivers=receivers, plan=plan, console=console, garbage=garbage_bodies,
+                   checkpoint=checkpoint if with_spark else None)
 
     def expire_lease() -> bool:
         return storage.queues.expire_lease(lambda ids: world.rng.randrange(len(ids)))
 
     budget = MAX_STEPS * (3 if settings.max_delivery_count <= 3 else 1)
-    settled = world.run(quiescent, expire_lease, storage.queues.next_visible_at, budget)
+    settled = world.run(watch.quiescent, expire_lease, storage.queues.next_visible_at, budget)
+    pending = [] if settled else list(itertools.islice(watch.still_to_do(), 5))
     world.stop()
     return _outcome(seed, world, bus, buses=buses, settled=settled, roots=len(roots),
                     garbage=[body for body, _ in garbage], counts=counts, releases=releases,
                     checkpoint=checkpoint if with_spark else None, noted=knobs.noted,
-                    plan=plan)
+                    plan=plan, briefs_plan=plan_briefs, pending=pending)
+
+
+@dataclass
+class _Watch:
+    """When a run is over: nothing left to do for anyone."""
+
+    bus: Bus
+    storage: InMemoryStorage
+    world: World
+    clients: list[Actor]
+    handoffs: list[Job]
+    receivers: list[str]
+    plan: SessionPlan | None
+    console: Console
+    garbage: set[str]
+    checkpoint: spark.Checkpoint | None
+
+    def quiescent(self) -> bool:
+        return next(self.still_to_do(), None) is None
+
+    def still_to_do(self) -> Iterator[str]:
+        """What keeps the run from being over, lazily: the first is enough to go on, and the
+        first few say what a run that reached its budget was stuck on."""
+        bus, storage, now = self.bus, self.storage, self.world.now()
+        yield from (f"{c.name} still sending" for c in self.clients if not c.finished)
+        if self.handoffs:
+            yield f"{len(self.handoffs)} orchestrations to run"
+        yield from (f"queue {e} not empty" for e in self.receivers
+                    if storage.queues.bodies(bus.names.queue(e)))
+        yield from (f"{t.state.value} token {t.endpoint}/{t.message_id}"
+                    for t in bus.parts.inbox.all()
+                    if _in_flight(t) and not _left_waiting(t, self.plan, now))
+        yield from (f"an entry to act on in poison queue {e}" for e in self.receivers
+                    if any(self._to_replay(e, body)
+                           for body in storage.queues.bodies(bus.names.poison_queue(e))))
+        yield from (f"unfinished record {where}" for where in _unfinished_records(bus, storage))
+        if self.checkpoint is not None and spark.unread(bus, self.checkpoint):
+            yield "Happened copies the Spark query has not read"
+
+    def _to_replay(self, endpoint: str, body: str) -> bool:
+        if endpoint == briefs.ENDPOINT:
+            return self.console.waiting(body)
+        return _to_replay(body, self.garbage)
+
+
+def _briefs(seed: int, knobs: Knobs) -> briefs.BriefPlan | None:
+    """The Briefs of half of the runs; with them, the console's operator, who also acts on
+    the sessions (s bounded, then, in some runs)."""
+    plan = briefs.BriefPlan.draw(seed)
+    if plan is not None and knobs.sessions is not None:
+        knobs.sessions.operator = True
+        knobs.sessions.bounded = random.Random(seed ^ 0x5B0).choice((None, 1, 2))
+    return plan
+
+
+def _spawn_instances(bus: Bus, world: World, rng: random.Random, seed: int, *,
+                     new_bus: Callable[[float], Bus] | None, handoffs: list[Job],
+                     counts: Counter[str]) -> list[Bus]:
+    """Two or three instances of each endpoint, each a Functions host or a polling worker
+    (``hosting``), each its own process with its own bus (and clock, skewed in half of the
+    runs) when ``new_bus`` makes them; the buses made."""
+    hosting = random.Random(seed ^ 0xF0C7)  # which host runs each endpoint instance
+    functions_share = hosting.choice((0.0, 0.5, 1.0))  # polling workers, Functions, or both
+    offsets = _clock_offsets(seed)
+    made: list[Bus] = []
+    for endpoint in bus.topology.endpoints:
+        for index in range(rng.randint(2, 3)):
+            offset = next(offsets)
+            own = new_bus(offset) if new_bus is not None else bus
+            counts["skewed_processes"] += new_bus is not None and offset != 0.0
+            made.append(own)
+            functions = hosting.random() < functions_share
+            world.spawn(_instance(own, world, endpoint, index, functions=functions,
+                                  handoffs=handoffs, counts=counts))
+    return made
+
+
+def _spawn_operators(bus: Bus, world: World, releases: Releases, counts: Counter[str], *,
+                     plan_briefs: briefs.BriefPlan | None, plan: SessionPlan | None,
+                     routes: Counter[str] | None) -> Console:
+    """The operators: one replaying what storage errors poisoned, the one at the console
+    (in the runs with Briefs: the others run as they did), and the releaser with the
+    maintenance timer. Returns the console (not spawned when there are no Briefs)."""
+    # Not t: what becomes of its entries is the console's to decide (and reading them hides
+    # them from other readers for the peek lease: Settings.peek_lease_seconds).
+    world.spawn(Operator(bus, world, [e for e in bus.topology.endpoints if e != briefs.ENDPOINT],
+                         {t for _, t in EXPECTED} | {"Start", "Noted", "Tally", "Debrief",
+                                                     "Briefed"}, counts).actor())
+    console = Console(bus, world, plan_briefs, routes if routes is not None else Counter(),
+                      sessions=plan if plan is not None and plan.operator else None)
+    if plan_briefs is not None:
+        world.spawn(console.actor())
+    # Maintenance runs in every run: it collects pending tokens of handler runs that never
+    # committed while workers are still committing theirs, releases deferrals and finishes
+    # records whose orchestration never ran.
+    world.spawn(Actor("releaser", _releaser(
+        bus, world, releases, counts, release=console.release if plan_briefs else None)))
+    return console
 
 
 def _outcome(seed: int, world: World, bus: Bus, *, buses: list[Bus], settled: bool, roots: int,
              garbage: list[str], counts: Counter[str], releases: Releases,
              checkpoint: spark.Checkpoint | None, noted: bool,
-             plan: SessionPlan | None) -> RunResult:
+             plan: SessionPlan | None, briefs_plan: briefs.BriefPlan | None,
+             pending: list[str]) -> RunResult:
     """The run's result: what it exercised and, once it quiesced, what it violated."""
     storage = bus.storage
     assert isinstance(storage, InMemoryStorage)
@@ -191,7 +285,8 @@ def _outcome(seed: int, world: World, bus: Bus, *, buses: list[Bus], settled: bo
                        dict(world.counters.faults), steps=world.steps,
                        statistics=_statistics(buses))
     if not settled:
-        result.violations.append(f"did not quiesce within {world.steps} steps")
+        result.violations.append(f"did not quiesce within {world.steps} steps (still to do: "
+                                 f"{'; '.join(pending) or 'nothing seen'})")
         return result
     _last_sweep(bus, world)
     result.statistics.update(counts)
@@ -201,6 +296,8 @@ def _outcome(seed: int, world: World, bus: Bus, *, buses: list[Bus], settled: bo
         found = sessions.look(bus, storage, plan)
         result.statistics.update(sessions.statistics(found))
         result.violations.extend(sessions.check(found, plan, roots))
+    if briefs_plan is not None:
+        result.violations.extend(briefs.check(bus, storage, briefs_plan))
     result.violations.extend(check(bus, storage, roots, garbage, noted))
     result.violations.extend(releases.violations)
     if checkpoint is not None:
@@ -380,8 +477,8 @@ def _send_tally(bus: Bus, world: World, tally: Tally, once: bool) -> None:
     client's stream and sent again when it raises: a failure of ``send`` here is one of the
     numbering (the client's sends never give up after it), so nothing was sent."""
     message_id = f"tally-{tally.label}"
-    if once:
-        bus.send_once(tally, message_id=message_id)
+    if once:  # called again after QueueFull (a bounded s): it finishes what it recorded
+        _until_ok(world, lambda: _ignore(bus.send_once(tally, message_id=message_id)))
         return
 
     def send() -> None:
@@ -390,12 +487,18 @@ def _send_tally(bus: Bus, world: World, tally: Tally, once: bool) -> None:
     _until_ok(world, send)
 
 
+def _ignore(_: object) -> None:
+    return None
+
+
 def _until_ok(world: World, call: Callable[[], None]) -> None:
+    """``call`` again until it does not raise a storage error (nor QueueFull: a bounded
+    queue, full now; the send wrote nothing)."""
     while True:
         try:
             call()
             return
-        except StorageError:
+        except (StorageError, QueueFull):
             world.sleep(0.1)
 
 
@@ -445,6 +548,8 @@ def _left_waiting(token: Token, plan: SessionPlan | None, now: float) -> bool:
         return False
     if token.state is not TokenState.DEFERRED:
         return False
+    if plan.operator:
+        return False  # the operator skips the gap in the end (``console.Console``)
     return not plan.skip_gaps or now - token.since > plan.window + 60.0
 
 
@@ -461,10 +566,11 @@ def _to_replay(body: str, garbage: set[str]) -> bool:
         return True  # the host moved it: adopted (then replayed, unless garbage)
 
 
-def _releaser(bus: Bus, world: World, releases: Releases,
-              counts: Counter[str]) -> Callable[[], None]:
+def _releaser(bus: Bus, world: World, releases: Releases, counts: Counter[str], *,
+              release: Callable[[str, str, int], object] | None = None) -> Callable[[], None]:
     """An operator releasing what is deferred at ``c`` now and then (each release naming the
-    deferral the operator saw, as ``Releases`` records), and the maintenance timer (the
+    deferral the operator saw, as ``Releases`` records; through ``release``, the console's,
+    in the runs that have one), and the maintenance timer (the
     sweeper: it re-sends the signals of releases that stopped half-way; the adoption of what
     the host poisoned itself; the recovery of records whose orchestration never ran or
     stopped)."""
@@ -478,8 +584,11 @@ def _releaser(bus: Bus, world: World, releases: Releases,
                             and root not in _finished(bus)):
                         continue  # e's to release (see Releases)
                     releases.permitted.add((root, message.deferrals))
-                    deferred.release(message.message_id, deferrals=message.deferrals)
-            report = maintenance_pass(bus, STALLED_SECONDS)  # the Functions app's timer
+                    if release is None:
+                        deferred.release(message.message_id, deferrals=message.deferrals)
+                    else:  # the console's way in: the API or the dashboard
+                        release("c", message.message_id, message.deferrals)
+            report = maintenance.maintenance_pass(bus, STALLED_SECONDS)  # the Functions app's timer
             counts["overdue_releases"] += sum(report.sessions_released.values())
             world.sleep(1.0)
 
@@ -569,7 +678,9 @@ def _left_behind(bus: Bus, storage: InMemoryStorage) -> list[str]:
             if not finished(slot.record, by_key.get((endpoint, slot.record.attempt_id))):
                 violations.append(f"left behind: unfinished outbox record in {endpoint}/"
                                   f"{slot.partition}")
-    violations.extend(f"left behind: payload blob {ref.blob}" for ref in bus.parts.payloads.refs())
+    kept = _payloads_of_entries(bus, storage)
+    violations.extend(f"left behind: payload blob {ref.blob}" for ref in bus.parts.payloads.refs()
+                      if ref.blob not in kept)
     violations.extend(f"left behind: deferral index of {stale.message_id} at {stale.endpoint}"
                       for stale in bus.parts.inbox.stale_index())
     ledger = Outbox(storage.tables, bus.names.ledger_table)
@@ -577,6 +688,17 @@ def _left_behind(bus: Bus, storage: InMemoryStorage) -> list[str]:
                       f"{slot.record.phase.value}" for slot in ledger.pending()
                       if slot.record is not None and slot.record.phase is not Phase.DONE)
     return violations
+
+
+def _payloads_of_entries(bus: Bus, storage: InMemoryStorage) -> set[str]:
+    """The payload blobs of poison entries left where they are (a replay needs them)."""
+    kept: set[str] = set()
+    for endpoint in bus.topology.endpoints:
+        for body in storage.queues.bodies(bus.names.poison_queue(endpoint)):
+            envelope = PoisonEntry.decode(body).envelope
+            if envelope is not None and envelope.payload_ref is not None:
+                kept.add(envelope.payload_ref.blob)
+    return kept
 
 
 def _orphan_report(entry: PoisonEntry) -> bool:
@@ -596,6 +718,8 @@ def _poison(bus: Bus, storage: InMemoryStorage, garbage: list[str]) -> list[str]
                 continue  # what became of its message, the effects and tokens tell
             if endpoint == sessions.ENDPOINT and sessions.settled(entry):
                 continue  # what its session says of it, the sessions check tells
+            if endpoint == briefs.ENDPOINT and briefs.final(entry):
+                continue  # left by the operator: the Briefs' check tells
             if entry.original_body not in garbage:
                 violations.append(f"poisoned at {endpoint}: {entry.reason}")
             poisoned.append(entry.original_body)

@@ -35,7 +35,8 @@ SENDERS = ("b", "e")
 """The endpoints whose handlers send Tallies (a stream per partition)."""
 SKIPPED = "(skipped as a gap)"
 """How the reason of a copy that came after its session skipped its number ends."""
-REFUSED = (SKIPPED, "was closed before this message arrived", "is already taken by message")
+CLOSED = "was closed before this message arrived"
+REFUSED = (SKIPPED, CLOSED, "is already taken by message")
 REJECTED = "rejected: "
 
 
@@ -137,7 +138,7 @@ def _int(value: object) -> int:
 # -- the invariants ------------------------------------------------------------------------
 def check(found: Found, plan: SessionPlan, roots: int) -> list[str]:
     return [*_exactly_once(found, plan, plan.labels(roots)), *_in_order(found),
-            *_states(found, plan), *_numbers(found), *_gaps(found, plan)]
+            *_states(found, plan), *_numbers(found, plan), *_gaps(found, plan)]
 
 
 def _exactly_once(found: Found, plan: SessionPlan, labels: dict[str, str]) -> list[str]:
@@ -158,7 +159,8 @@ def _exactly_once(found: Found, plan: SessionPlan, labels: dict[str, str]) -> li
                 violations.append(f"Tally {label} poisoned {len(poisoned)} times: "
                                   + "; ".join(letter.reason for letter in poisoned))
         elif n == 0:
-            violations.append(f"Tally {label} lost")
+            if label not in plan.purged:  # purged: the operator's to account for
+                violations.append(f"Tally {label} lost")
         else:
             violations.append(f"Tally {label} applied {n} times"
                               f"{' and poisoned' if poisoned else ''}")
@@ -169,12 +171,17 @@ def _exactly_once(found: Found, plan: SessionPlan, labels: dict[str, str]) -> li
 
 def _accounted(letter: Letter, found: Found, plan: SessionPlan) -> bool:
     """Whether a Tally's poisoned message is one its session explains: the doomed one rejected,
-    or one whose number its session had skipped (the endpoint skipping gaps)."""
+    one whose number its session had skipped (the endpoint skipping gaps, or the operator),
+    or one of a session the operator closed, once it was closed."""
     if letter.reason.startswith(REJECTED):
         return letter.label == plan.doomed
+    if CLOSED in letter.reason:
+        row = found.rows.get(letter.session)
+        return letter.session in plan.closed_by_operator and row is not None and row.closed
     if not letter.reason.endswith(SKIPPED) or letter.stream is None:
         return False
-    return plan.skip_gaps and letter.sequence in found.skipped(letter.session, letter.stream)
+    return (plan.skip_gaps or letter.session in plan.skipped_by_operator) and (
+        letter.sequence in found.skipped(letter.session, letter.stream))
 
 
 def _in_order(found: Found) -> list[str]:
@@ -222,11 +229,18 @@ def _states(found: Found, plan: SessionPlan) -> list[str]:
         if row.state.get("last", {}) != last:
             violations.append(f"session {key}: its state's last numbers "
                               f"{row.state.get('last', {})} but its effects' {last}")
-        if row.waiting:
-            violations.append(f"session {key}: {len(row.waiting)} copies still waiting, the "
-                              f"first {_first(row.waiting)}")
+        # A closed session released what waited in it: each copy came back and was poisoned
+        # (its entry in the poison queue), though the row still lists it.
+        poisoned = {(letter.stream, letter.sequence) for letter in found.letters
+                    if letter.session == key} | {
+            (stream, sequence) for session, stream, sequence in plan.purged.values()
+            if session == key} if row.closed else set()
+        waiting = [w for w in row.waiting if (w.stream, w.sequence) not in poisoned]
+        if waiting:
+            violations.append(f"session {key}: {len(waiting)} copies still waiting, the "
+                              f"first {_first(waiting)}")
         closing = plan.close and 0 < len(effects) == plan.totals[key]
-        if row.closed != closing:
+        if row.closed != closing and key not in plan.closed_by_operator:
             violations.append(f"session {key}: {'closed' if row.closed else 'open'} after "
                               f"{len(effects)} of {plan.totals[key]} Tallies")
     return violations
@@ -237,22 +251,24 @@ def _first(waiting: Iterable[Waiting]) -> str:
     return f"{first.sequence} of {first.stream}"
 
 
-def _numbers(found: Found) -> list[str]:
-    """5: every number a handler's stream gave was handled or is in the poison queue."""
+def _numbers(found: Found, plan: SessionPlan) -> list[str]:
+    """5: every number a handler's stream gave was handled or is in the poison queue (or
+    was, until the operator purged it)."""
     accounted = {(e.session, e.stream, e.sequence) for e in found.applied} | {
-        (letter.session, letter.stream, letter.sequence) for letter in found.letters}
+        (letter.session, letter.stream, letter.sequence) for letter in found.letters} | set(
+        plan.purged.values())
     return [f"session {session}: number {n} of stream {stream} neither handled nor in the "
             f"poison queue" for (session, stream), given in sorted(found.numbered.items())
             for n in range(1, given + 1) if (session, stream, n) not in accounted]
 
 
 def _gaps(found: Found, plan: SessionPlan) -> list[str]:
-    """Gaps are skipped only at an endpoint that skips them (no operator skips here)."""
+    """Gaps are skipped only at an endpoint that skips them, or by the operator."""
     if plan.skip_gaps:
         return []
     return [f"session {key}: gap {gap.first}-{gap.last} of {gap.stream} skipped at an "
             "endpoint that blocks" for key, row in sorted(found.rows.items())
-            for gap in row.gaps]
+            for gap in row.gaps if key not in plan.skipped_by_operator]
 
 
 def statistics(found: Found) -> Counter[str]:

@@ -100,6 +100,18 @@ class SessionPlan:
     window: float  # s's reorder window, seconds
     doomed: str | None = None  # the label of a Tally its handler always rejects
     totals: dict[str, int] = field(default_factory=dict)
+    operator: bool = False
+    """An operator at the console (``bus.testing.simulate.console``) skips the sessions a gap
+    holds up and skips or closes others at random: the client then numbers its Tallies even
+    to an endpoint that blocks (a gap a failed send leaves is the operator's to skip)."""
+    bounded: int | None = None  # s's max queue depth (back-pressure), with an operator
+    skipped_by_operator: set[str] = field(default_factory=set)
+    """Sessions the operator asked to skip (recorded before it asks: the request may have
+    taken effect even when it raised)."""
+    closed_by_operator: set[str] = field(default_factory=set)
+    purged: dict[str, tuple[str, str | None, int | None]] = field(default_factory=dict)
+    """The Tallies whose poison entries the operator purged: label -> session, stream and
+    number."""
 
     def partition(self, key: str) -> str:
         return f"q{self.keys.index(key) % self.partitions}"
@@ -128,7 +140,7 @@ class SessionPlan:
         client with ``send`` sends numbered Tallies only to an endpoint that skips gaps (a
         number it took for a send that then failed is a gap: one that blocks, by design, at
         an endpoint that does not); and ``totals``, how many Tallies each session gets."""
-        if not once and not self.skip_gaps:
+        if not once and not self.skip_gaps and not self.operator:
             self.from_client = 0
         self.totals = {key: 0 for key in self.keys}
         for key in self.labels(roots).values():
@@ -157,9 +169,14 @@ class Releases:
                                    "without a release asked for it")
 
 
+def retry_policy(knobs: Knobs) -> RetryPolicy:
+    """Every endpoint's retry policy in a run."""
+    return RetryPolicy(immediate=knobs.immediate, backoff_initial=0.01, delays=(0.1, 0.5))
+
+
 def build(knobs: Knobs, roll: Callable[[], float], new_id: Callable[[], str],
           releases: Releases | None = None) -> list[Endpoint]:
-    policy = RetryPolicy(immediate=knobs.immediate, backoff_initial=0.01, delays=(0.1, 0.5))
+    policy = retry_policy(knobs)
     endpoints = {name: Endpoint(name, retry=policy,
                                 max_queue_depth=knobs.bounded if name in "be" else None)
                  for name in ENDPOINTS}
@@ -259,7 +276,8 @@ def _tallying(knobs: Knobs, policy: RetryPolicy, roll: Callable[[], float],
     plan = knobs.sessions
     if plan is None:
         return {}
-    endpoint = Endpoint("s", retry=policy, reorder_window=plan.window, skip_gaps=plan.skip_gaps)
+    endpoint = Endpoint("s", retry=policy, reorder_window=plan.window, skip_gaps=plan.skip_gaps,
+                        max_queue_depth=plan.bounded)
     reads = (lambda message: ["counter"]) if knobs.declared_reads else None
 
     @endpoint.handles(Tally, partition=lambda m: plan.partition(m.session), reads=reads,

@@ -1,0 +1,288 @@
+"""Briefs: the simulated traffic of the bus's whole client surface, and what it must show.
+
+    client --Brief/Briefing--> t --Debrief/Briefed--> u
+
+The client sends each Brief by another of the bus's ways (``send``, ``publish``, ``send_once``,
+``publish_once``, ``send_once_many``, ``send_many``) with every option they take: a
+time-to-live (short ones expire in a backlog or a pause), a delay, headers, a correlation id,
+an explicit destination. Some Briefs carry a partition key from hostile data: reserved for
+the bus's own rows, too long, with characters Table Storage forbids. ``t``'s handler reads
+what its context offers, writes, reads and deletes state, and sends one follow-up per Brief to
+``u`` (a command with ``to=``, or an event, each with options); ``u`` is bounded in some runs
+(back-pressure keeps ``t``'s records waiting to send).
+
+The operator's side (``bus.testing.simulate.surface_operator``) replays, replays without the
+time-to-live, purges or leaves ``t``'s poison entries, through the Python API, the command
+line and the dashboard's routes. Once a run has quiesced, per Brief (``check``):
+
+1. its effect at ``t`` happened at most once, its follow-up's at ``u`` at most once;
+2. if its handler committed, its follow-up was handled: committed work is never lost, not to
+   expiry, not to a purge;
+3. if its handler never committed, the operator purged it, or its entry is left in the poison
+   queue for a reason replaying cannot cure (expired, a partition key the bus refuses);
+4. no entry left says ``expired`` for a Brief whose handler ran.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from bus import Bus, Command, Context, Endpoint, Event, Middleware, Outgoing, RetryPolicy
+from bus.adapters.memory import InMemoryStorage
+from bus.middleware import SendNext
+from bus.naming import RESERVED_PARTITION_PREFIX
+from bus.protocol.poison.queue import PoisonEntry
+
+ENDPOINT = "t"
+FOLLOWER = "u"
+LONG_TTL = 30 * 24 * 3600.0
+"""The follow-ups' time-to-live: given, never reached in a run."""
+WAYS = ("send", "send-delayed", "publish", "send_once", "publish_once", "send_once_many",
+        "send_many")
+HOSTILE_KEYS = (f"{RESERVED_PARTITION_PREFIX}stats.20260101", f"{RESERVED_PARTITION_PREFIX}x",
+                "a/b", "back\\slash", "hash#", "what?", "tab\tkey", "k" * 600)
+"""Partition keys from hostile data: reserved, forbidden characters, over the 1 KiB limit."""
+ODD_KEYS = ("k0", "k1", "ключ", "key with spaces", "~tilde", "k" * 200)
+"""Partition keys a user's data may hold that the bus must take."""
+FINAL = ("expired", "partition key")
+"""Reasons replaying cannot cure: the operator may leave such an entry for good."""
+
+
+class Brief(Command):
+    n: int
+    key: str
+    pad: str = ""
+
+
+class Briefing(Event):
+    n: int
+    key: str
+    pad: str = ""
+
+
+class Debrief(Command):
+    n: int
+
+
+class Briefed(Event):
+    n: int
+
+
+TYPES = {"Brief", "Briefing", "Debrief", "Briefed"}
+
+
+@dataclass
+class BriefPlan:
+    """The run's Briefs: how each is sent, its key, its time-to-live; ``u``'s bound. What the
+    run records as it goes: each Brief's message id, what the operator purged."""
+
+    ways: list[str]
+    keys: list[str]
+    ttls: list[float | None]
+    bounded: int | None
+    message_ids: dict[int, str] = field(default_factory=dict)
+    purged: set[str] = field(default_factory=set)
+    """Message ids whose poison entries a purge removed."""
+
+    @classmethod
+    def draw(cls, seed: int) -> BriefPlan | None:
+        """Briefs in half of the runs (drawn apart from the run's other draws)."""
+        draw = random.Random(seed ^ 0xB41EF)
+        if draw.random() < 0.5:
+            return None
+        count = draw.randint(4, 10)
+        keys = [draw.choice(HOSTILE_KEYS) if draw.random() < 0.2 else draw.choice(ODD_KEYS)
+                for _ in range(count)]
+        ttls = [draw.choice((None, draw.uniform(0.5, 4.0), 600.0)) for _ in range(count)]
+        return cls(ways=[draw.choice(WAYS) for _ in range(count)], keys=keys, ttls=ttls,
+                   bounded=draw.choice((None, 1, 2)))
+
+
+class Stamp(Middleware):
+    """``t``'s middleware: stamps its sends (the handler checks the header arrived)."""
+
+    def send(self, outgoing: Outgoing, call_next: SendNext) -> None:
+        outgoing.headers["stamped"] = "t"
+        call_next(outgoing)
+
+
+def endpoints(plan: BriefPlan, policy: RetryPolicy, roll: Callable[[], float],
+              new_id: Callable[[], str], failure: float) -> list[Endpoint]:
+    """``t`` and ``u``."""
+    t = Endpoint(ENDPOINT, retry=policy, middleware=[Stamp()])
+    u = Endpoint(FOLLOWER, retry=policy, max_queue_depth=plan.bounded)
+    quick = RetryPolicy(immediate=2, backoff_initial=0.01, delays=(0.2,))
+
+    def on_brief(message: Brief | Briefing, ctx: Context) -> None:
+        if roll() < failure:
+            raise RuntimeError("injected handler failure")
+        seen = ctx.state.get("scratch")  # a read of a row every attempt deletes again
+        assert seen is None, "a deleted row came back"
+        ctx.state.put("scratch", {"n": message.n})
+        ctx.state.delete("scratch")
+        ctx.state.put(f"brief.{message.n}.{new_id()}", {
+            "n": message.n, "message_id": ctx.message_id,
+            "correlation_id": ctx.correlation_id, "headers": len(ctx.headers)})
+        if message.n % 2:
+            ctx.send(Debrief(n=message.n), to=FOLLOWER, ttl=LONG_TTL,
+                     headers={"brief": ctx.message_id})
+        else:
+            ctx.publish(Briefed(n=message.n), ttl=LONG_TTL, delay=roll() * 0.5,
+                        headers={"brief": ctx.message_id})
+        if roll() < failure:  # after its writes and sends: the attempt must leave nothing
+            raise RuntimeError("injected handler failure after its writes")
+
+    t.handles(Brief, partition=lambda m: m.key, retry=quick)(on_brief)
+    t.handles(Briefing, partition=lambda m: m.key)(on_brief)
+
+    def on_follow_up(message: Debrief | Briefed, ctx: Context) -> None:
+        if roll() < failure:
+            raise RuntimeError("injected handler failure")
+        assert ctx.headers.get("stamped") == "t", "t's middleware did not stamp its send"
+        ctx.state.put(f"debrief.{message.n}.{new_id()}", {"n": message.n})
+
+    u.handles(Debrief, partition=lambda m: f"u{m.n % 2}")(on_follow_up)
+    u.handles(Briefed, partition=lambda m: f"u{m.n % 2}")(on_follow_up)
+    return [t, u]
+
+
+class Inline(Executor):
+    """``send_many``'s pool in the simulation: each send runs when submitted, in the caller's
+    greenlet (the actors share one thread)."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except Exception as exc:  # the future carries it, as a pool's does
+            future.set_exception(exc)
+        return future
+
+
+def inline_pool(workers: int) -> Executor:
+    return Inline()
+
+
+def client(bus: Bus, plan: BriefPlan, rng: random.Random, sleep: Callable[[float], None],
+           until_ok: Callable[[Callable[[], None]], None]) -> Callable[[], None]:
+    """The client of the Briefs: each sent one of the bus's ways, some together."""
+    def send_all() -> None:
+        pending = list(range(len(plan.ways)))
+        while pending:
+            n = pending.pop(0)
+            way = plan.ways[n]
+            if way in ("send_once_many", "send_many"):
+                group = [n, *[m for m in pending if plan.ways[m] == way][:2]]
+                pending = [m for m in pending if m not in group]
+                _send_together(bus, plan, group, way=way, rng=rng, until_ok=until_ok)
+            else:
+                _send_one(bus, plan, n, way=way, rng=rng, until_ok=until_ok)
+            sleep(rng.uniform(0.0, 0.5))
+
+    return send_all
+
+
+def _send_one(bus: Bus, plan: BriefPlan, n: int, *, way: str, rng: random.Random,
+              until_ok: Callable[[Callable[[], None]], None]) -> None:
+    message_id = f"brief{n}"
+    key, ttl = plan.keys[n], plan.ttls[n]
+    headers = {"n": str(n)} if rng.random() < 0.5 else None
+    correlation = f"conversation{n % 3}" if rng.random() < 0.5 else None
+    pad = "x" * 50_000 if rng.random() < 0.2 else ""
+    plan.message_ids[n] = message_id
+    # ``send`` and ``publish`` retry storage errors while making copies (Settings.send_attempts,
+    # never exhausted here); one raised before (reading the topic, say), nothing was sent.
+    if way in ("send", "send-delayed"):
+        to = ENDPOINT if rng.random() < 0.5 else None
+        delay = rng.uniform(0.1, 2.0) if way == "send-delayed" else 0.0
+        until_ok(lambda: _ignore(bus.send(
+            Brief(n=n, key=key, pad=pad), message_id=message_id, ttl=ttl, headers=headers,
+            correlation_id=correlation, to=to, delay=delay)))
+    elif way == "publish":
+        delay = rng.uniform(0.1, 2.0) if rng.random() < 0.5 else 0.0
+        until_ok(lambda: _ignore(bus.publish(
+            Briefing(n=n, key=key, pad=pad), message_id=message_id, ttl=ttl, headers=headers,
+            correlation_id=correlation, delay=delay)))
+    elif way == "send_once":
+        to = ENDPOINT if rng.random() < 0.5 else None
+        until_ok(lambda: _ignore(bus.send_once(
+            Brief(n=n, key=key, pad=pad), message_id=message_id, ttl=ttl, headers=headers,
+            correlation_id=correlation, to=to)))
+    else:
+        until_ok(lambda: _ignore(bus.publish_once(
+            Briefing(n=n, key=key, pad=pad), message_id=message_id, ttl=ttl, headers=headers,
+            correlation_id=correlation)))
+
+
+def _send_together(bus: Bus, plan: BriefPlan, group: list[int], *, way: str,
+                   rng: random.Random, until_ok: Callable[[Callable[[], None]], None]) -> None:
+    """Several Briefs in one call: ``send_once_many`` (one time-to-live for all, the first's)
+    or ``send_many`` (none: it takes no options per message)."""
+    to = ENDPOINT if rng.random() < 0.5 else None
+    if way == "send_once_many":
+        ttl = plan.ttls[group[0]]
+        for n in group:
+            plan.ttls[n] = ttl
+            plan.message_ids[n] = f"brief{n}"
+        messages: list[tuple[Command | Event, str]] = [
+            (Brief(n=n, key=plan.keys[n]) if n % 2 else Briefing(n=n, key=plan.keys[n]),
+             f"brief{n}") for n in group]
+        until_ok(lambda: _ignore(bus.send_once_many(
+            messages, to=to, ttl=ttl, headers={"batch": str(group[0])},
+            origin=f"job{group[0]}")))
+        return
+    for n in group:
+        plan.ttls[n] = None
+    ids = bus.send_many([Brief(n=n, key=plan.keys[n]) for n in group], to=to,
+                        max_in_flight=rng.randint(1, 3))
+    plan.message_ids.update(zip(group, ids, strict=True))
+
+
+def _ignore(_: object) -> None:
+    return None
+
+
+# -- what the run must show -------------------------------------------------------------------
+def final(entry: PoisonEntry) -> bool:
+    """An entry replaying cannot cure: the operator may leave it."""
+    return entry.envelope is not None and entry.envelope.message_type in TYPES and any(
+        reason in entry.reason for reason in FINAL)
+
+
+def check(bus: Bus, storage: InMemoryStorage, plan: BriefPlan) -> list[str]:
+    """The invariants of the module's docstring, for every Brief of the run."""
+    effects: Counter[tuple[str, int]] = Counter()
+    for name, prefix in ((ENDPOINT, "brief."), (FOLLOWER, "debrief.")):
+        for row in storage.tables.rows(bus.names.state_table(name)):
+            if row.row_key.startswith(prefix):
+                effects[(name, int(row.properties["n"]))] += 1  # type: ignore[arg-type]
+    left: dict[str, list[str]] = {}
+    for body in storage.queues.bodies(bus.names.poison_queue(ENDPOINT)):
+        entry = PoisonEntry.decode(body)
+        if entry.envelope is not None:
+            left.setdefault(entry.envelope.message_id, []).append(entry.reason)
+    violations: list[str] = []
+    for n, message_id in sorted(plan.message_ids.items()):
+        handled, followed = effects[(ENDPOINT, n)], effects[(FOLLOWER, n)]
+        if handled > 1 or followed > 1:
+            violations.append(f"brief {n}: applied {handled} times at t, its follow-up "
+                              f"{followed} times at u")
+        if handled == 1 and followed == 0:
+            violations.append(f"brief {n}: its handler committed but its follow-up was never "
+                              "handled (committed work lost)")
+        if handled == 0 and followed:
+            violations.append(f"brief {n}: a follow-up handled without its handler's commit")
+        reasons = left.get(message_id, [])
+        if handled == 0 and message_id not in plan.purged and not any(
+                reason in r for r in reasons for reason in FINAL):
+            violations.append(f"brief {n} ({message_id}, key {plan.keys[n][:20]!r}): never "
+                              "handled, neither purged nor left poisoned for good "
+                              f"(entries: {reasons})")
+        if handled and any(r.startswith("expired") for r in reasons):
+            violations.append(f"brief {n}: an entry says expired but its handler ran")
+    return violations

@@ -1,0 +1,434 @@
+"""The operator at the console: every operator action, through each of the three ways in.
+
+An operator acts through the Python API (``bus.poisoned(...)``, ``bus.pause(...)``, ...), the
+command line (``python -m bus dlq replay ...``, run in-process by its click tree against the
+run's bus) or the dashboard (the API's route functions, called with the request bodies the
+pages send, over a ``Monitor`` of the run's bus). Each action picks one way at random, so every
+command, every route and every method is driven, at random moments, while the workers run
+and storage fails.
+
+What it does: decides, once per entry, what becomes of each Brief's poison entry at ``t``
+(replay, replay without its time-to-live, purge, or - for a reason replaying cannot cure -
+leave it) and does it; pauses and resumes ``t``; and reads everything an operator reads
+(entries, deferred and scheduled messages, sessions, conversations, state, statistics).
+"""
+
+from __future__ import annotations
+
+import binascii
+import contextlib
+import io
+import json
+import sys
+import types
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from bus import Bus
+from bus.adapters.memory import InMemoryStorage
+from bus.errors import BusError
+from bus.operations.cli import main as cli
+from bus.operations.dashboard.monitor import Monitor
+from bus.operations.dashboard.poller import Poller
+from bus.protocol.poison.queue import PoisonEntry
+from bus.protocol.sessions.order import SESSION_ROW, SessionRow, decode
+from bus.storage import StorageError
+from bus.testing.simulate import briefs, surface
+from bus.testing.simulate.sessions import ENDPOINT as SESSIONS
+from bus.testing.simulate.sessions import settled
+from bus.testing.simulate.workload import SessionPlan
+from bus.testing.simulate.world import Actor, World
+
+APP_MODULE = "bus_simulated_app"
+"""The module the command line loads its bus from (``--app bus_simulated_app``)."""
+LEAVE, REPLAY, DROP_EXPIRY, PURGE = "leave", "replay", "replay without expiry", "purge"
+WAYS = ("api", "cli", "dashboard")
+
+
+def _entry_key(entry: PoisonEntry) -> tuple[str, str, str] | None:
+    if entry.envelope is None:
+        return None
+    return entry.envelope.message_id, entry.reason, entry.poisoned_at.isoformat()
+
+
+class Console:
+    """One operator, acting every few seconds (see the module's docstring)."""
+
+    def __init__(self, bus: Bus, world: World, plan: briefs.BriefPlan | None,
+                 routes: Counter[str], *, sessions: SessionPlan | None = None) -> None:
+        storage = bus.storage
+        assert isinstance(storage, InMemoryStorage)
+        self._storage = storage
+        self._bus = bus
+        self._world = world
+        self._plan = plan
+        self._routes = routes
+        self._sessions = sessions
+        self.decisions: dict[tuple[str, str, str], str] = {}
+        self._monitor = Monitor(bus, Poller(0.0, clock=world.now))
+        self._api = _dashboard_routes(self._monitor, bus)
+        app = types.ModuleType(APP_MODULE)
+        app.bus = bus  # type: ignore[attr-defined]
+        sys.modules[APP_MODULE] = app
+
+    def actor(self) -> Actor:
+        return Actor("console", self.run)
+
+    # -- what the run asks of it ------------------------------------------------------------
+    def waiting(self, body: str) -> bool:
+        """Whether an entry of ``t``'s poison queue still waits for this operator (or for
+        maintenance's adoption: a copy the host moved there): anything but an entry it
+        decided to leave, or the sweeper's report of a presumed orphan (no message in it)."""
+        try:
+            key = _entry_key(PoisonEntry.decode(body))
+        except (ValueError, binascii.Error):
+            return True
+        return key is not None and self.decisions.get(key) != LEAVE
+
+    # -- the loop ---------------------------------------------------------------------------
+    def run(self) -> None:
+        rng = self._world.rng
+        while True:
+            self._world.sleep(rng.uniform(0.5, 3.0))
+            action = rng.choice((self._entries, self._entries, self._pause, self._read,
+                                 self._read, self._session_at_random, self._purge_tallies))
+            for _ in range(3):  # what failed is tried again soon, as an operator would
+                try:
+                    with self._world.urgently():
+                        self._stuck_sessions()
+                        action()
+                    break
+                except (StorageError, BusError, click.ClickException, SystemExit, _Refused):
+                    self._world.sleep(0.2)
+
+    def _way(self) -> str:
+        way = self._world.rng.choice(WAYS)
+        return "api" if way == "dashboard" and self._api is None else way
+
+    def _entries(self) -> None:
+        """Decide what becomes of each new entry at ``t``, then do one kind of it."""
+        if self._plan is None:
+            return
+        rng = self._world.rng
+        present = self._present()
+        for key, entry in present.items():
+            if key not in self.decisions:
+                self.decisions[key] = _decide(entry, rng.random())
+        kinds = sorted({self.decisions[key] for key in present} - {LEAVE})
+        if not kinds:
+            return
+        wanted = rng.choice(kinds)
+        chosen = {key for key in present if self.decisions[key] == wanted}
+        every = all(self.decisions[key] in (wanted, LEAVE) or wanted == PURGE
+                    for key in present) and rng.random() < 0.3
+        ids = self._ids(chosen)
+        if not ids and not every:
+            return
+        if wanted == PURGE:
+            self._purge(ids, every)
+        else:
+            self._replay(ids, every and wanted == REPLAY, drop_expiry=wanted == DROP_EXPIRY)
+
+    def _present(self) -> dict[tuple[str, str, str], PoisonEntry]:
+        """The Brief entries in ``t``'s poison queue now (read outside the faults)."""
+        found: dict[tuple[str, str, str], PoisonEntry] = {}
+        for body in self._storage.queues.bodies(self._bus.names.poison_queue(briefs.ENDPOINT)):
+            with contextlib.suppress(ValueError, binascii.Error):
+                entry = PoisonEntry.decode(body)
+                key = _entry_key(entry)
+                if key is not None and entry.envelope is not None \
+                        and entry.envelope.message_type in briefs.TYPES:
+                    found[key] = entry
+        return found
+
+    def _ids(self, chosen: set[tuple[str, str, str]]) -> list[str]:
+        """The entry ids of the chosen entries, as the operator's last listing showed them
+        (read outside the faults: a listing is driven by ``_read``)."""
+        found: list[str] = []
+        for entry_id, body in self._storage.queues.listed(
+                self._bus.names.poison_queue(briefs.ENDPOINT)):
+            with contextlib.suppress(ValueError, binascii.Error):
+                if _entry_key(PoisonEntry.decode(body)) in chosen:
+                    found.append(entry_id)
+        return sorted(found)
+
+    def _replay(self, ids: list[str], every: bool, *, drop_expiry: bool) -> None:
+        way = self._way()
+        if way == "api":
+            self._bus.poisoned(briefs.ENDPOINT).replay(None if every else set(ids),
+                                                      drop_expiry=drop_expiry)
+        elif way == "cli":
+            self._command("dlq", "replay", briefs.ENDPOINT, *(["--all"] if every else ids),
+                          *(["--drop-expiry"] if drop_expiry else []))
+        elif ids:  # the dashboard names the entries it shows: it has no "all"
+            from bus.operations.dashboard import models
+
+            options = ["drop_expiry"] if drop_expiry else []
+            self._route("POST", "/api/poisoned/{endpoint}/replay", options,
+                        endpoint=briefs.ENDPOINT, selection=models.ReplaySelection(
+                            ids=ids, count=len(ids), drop_expiry=drop_expiry))
+
+    def _purge(self, ids: list[str], every: bool) -> None:
+        """Purge the entries, recording the messages whose entries went (read before and
+        after, outside the faults: only this operator removes Briefs' entries but by
+        replaying)."""
+        before = set(self._present())
+        try:
+            way = self._way()
+            if way == "api":
+                self._bus.poisoned(briefs.ENDPOINT).purge(None if every else set(ids))
+            elif way == "cli":
+                self._command("dlq", "purge", briefs.ENDPOINT, "--yes",
+                              *(["--all"] if every else ids))
+            elif ids:
+                from bus.operations.dashboard import models
+
+                self._route("POST", "/api/poisoned/{endpoint}/purge", [],
+                            endpoint=briefs.ENDPOINT,
+                            selection=models.Selection(ids=ids, count=len(ids)))
+        finally:
+            assert self._plan is not None
+            self._plan.purged.update(key[0] for key in before - set(self._present()))
+
+    def _pause(self) -> None:
+        rng = self._world.rng
+        target = briefs.ENDPOINT if self._plan is not None else rng.choice(
+            sorted(self._bus.topology.endpoints))
+        seconds, reason = rng.uniform(0.5, 4.0), rng.choice(("", "deploying"))
+        pause = rng.random() < 0.6
+        if self._way() == "api":
+            if pause:
+                self._bus.pause(target, seconds, reason=reason)
+            else:
+                self._bus.resume(target)
+            self._bus.paused(target)
+            return
+        from bus.operations.dashboard import models
+
+        if pause:
+            self._route("POST", "/api/endpoints/{endpoint}/pause",
+                        ["reason"] if reason else [], endpoint=target,
+                        request=models.PauseRequest(seconds=seconds, reason=reason))
+        else:
+            self._route("POST", "/api/endpoints/{endpoint}/resume", [], endpoint=target)
+
+    def _read(self) -> None:
+        """One of the operator's reads, through one way in."""
+        rng = self._world.rng
+        endpoint = rng.choice(sorted(self._bus.topology.endpoints))
+        way = self._way()
+        if way == "cli":
+            self._read_by_command(endpoint, rng.random())
+        elif way == "dashboard":
+            self._read_by_route(endpoint, rng.random())
+        else:
+            self._read_by_api(endpoint, rng.random())
+
+    def _read_by_api(self, endpoint: str, draw: float) -> None:
+        bus = self._bus
+        deferred = bus.deferred("c" if draw < 0.5 else endpoint)  # c's handler defers
+        listed = deferred.list()
+        if listed:
+            deferred.get(listed[0].message_id)
+        bus.poisoned(endpoint).entries()
+        sessions = bus.sessions(endpoint)
+        for info in sessions.list()[:1]:
+            sessions.get(info.session, info.partition if draw < 0.5 else None)
+        bus.read_state(endpoint, "p0", "counter")
+        bus.flush_stats()
+
+    def _read_by_command(self, endpoint: str, draw: float) -> None:
+        json_output = ["--json"] if draw < 0.5 else []
+        listed = self._command("dlq", "list", endpoint, "--json")
+        first = next((json.loads(line)["id"] for line in listed.splitlines() if line), None)
+        if first is not None:
+            self._command("dlq", "show", endpoint, first)
+        self._command("dlq", "list", endpoint, *json_output)
+        sessions = self._command("sessions", "list", endpoint, "--json")
+        for line in sessions.splitlines()[:1]:
+            info = json.loads(line)
+            partition = ["--partition", info["partition"]] if draw < 0.5 else []
+            self._command("sessions", "show", endpoint, info["session"], *partition)
+        self._command("sessions", "list", endpoint, *json_output)
+
+    def _read_by_route(self, endpoint: str, draw: float) -> None:
+        if self._api is None:
+            return
+        scoped = {"endpoint": endpoint} if draw < 0.5 else {"endpoint": None}
+        options = ["endpoint"] if draw < 0.5 else []
+        self._route("GET", "/api/endpoints", ["period"] if draw < 0.5 else [],
+                    period=600.0 if draw < 0.5 else 3600.0)
+        groups = self._route("GET", "/api/poisoned", [])
+        for group in groups.groups[:1]:
+            self._route("GET", "/api/poisoned/{endpoint}/{entry_id}", [],
+                        endpoint=group.endpoint, entry_id=group.ids[0])
+        self._route("GET", "/api/deferred", options, **scoped)
+        self._route("GET", "/api/sessions", options, **scoped)
+        self._route("GET", "/api/scheduled", options, **scoped)
+        self._route("GET", "/api/conversation", [], id=self._some_message_id())
+
+    def release(self, endpoint: str, message_id: str, deferrals: int) -> None:
+        """Release a deferred message, naming the deferral seen: by the API or the
+        dashboard (``bus.testing.simulate.run``'s releaser decides which and when)."""
+        if self._way() != "dashboard":
+            self._bus.deferred(endpoint).release(message_id, deferrals=deferrals)
+            return
+        from bus.operations.dashboard import models
+
+        self._route("POST", "/api/deferred/{endpoint}/{message_id}/release", ["deferrals"],
+                    endpoint=endpoint, message_id=message_id,
+                    request=models.ReleaseRequest(deferrals=deferrals))
+
+    # -- sessions ---------------------------------------------------------------------------
+    def _stuck_sessions(self) -> None:
+        """Skip each session a gap has held up for 3 s or more (read outside the faults): what
+        an operator does for a session that blocks, where no copy will fill the gap."""
+        if self._sessions is None:
+            return
+        now = self._world.now()
+        for key, partition, row in self._session_rows():
+            oldest = row.oldest_wait()
+            if not row.closed and oldest is not None and now - oldest >= 3.0:
+                self._act_on_session("skip", key, partition)
+
+    def _session_at_random(self) -> None:
+        """Skip, or now and then close, a session at a random moment."""
+        if self._sessions is None:
+            return
+        rows = self._session_rows()
+        if not rows:
+            return
+        key, partition, _ = self._world.rng.choice(rows)
+        self._act_on_session("close" if self._world.rng.random() < 0.3 else "skip",
+                             key, partition)
+
+    def _purge_tallies(self) -> None:
+        """Purge some of the Tallies' entries its session explains (rejected, refused): the
+        operator tidying up. Recorded by label (read before and after, outside the faults)."""
+        if self._sessions is None:
+            return
+        queue = self._bus.names.poison_queue(SESSIONS)
+        before = _tally_entries(self._storage.queues.bodies(queue))
+        chosen = [key for key in before if self._world.rng.random() < 0.5]
+        if not chosen:
+            return
+        ids = sorted(letter.id for letter in self._bus.poisoned(SESSIONS).entries()
+                     if _entry_key(letter.entry) in chosen)
+        try:
+            if ids and self._way() == "cli":
+                self._command("dlq", "purge", SESSIONS, "--yes", *ids)
+            elif ids:
+                self._bus.poisoned(SESSIONS).purge(set(ids))
+        finally:
+            after = _tally_entries(self._storage.queues.bodies(queue))
+            self._sessions.purged.update(value for key, value in before.items()
+                                         if key not in after)
+
+    def _session_rows(self) -> list[tuple[str, str, SessionRow]]:
+        table = self._bus.names.state_table(SESSIONS)
+        return sorted((row.row_key[len(SESSION_ROW):], row.partition_key,
+                       decode(row.partition_key, row.properties))
+                      for row in self._storage.tables.rows(table)
+                      if row.row_key.startswith(SESSION_ROW))
+
+    def _act_on_session(self, action: str, key: str, partition: str) -> None:
+        """Skip or close the session through one way in, recorded first (see SessionPlan)."""
+        assert self._sessions is not None
+        (self._sessions.closed_by_operator if action == "close"
+         else self._sessions.skipped_by_operator).add(key)
+        named = self._world.rng.random() < 0.5
+        way = self._way()
+        if way == "api":
+            sessions = self._bus.sessions(SESSIONS)
+            act = sessions.close if action == "close" else sessions.skip
+            act(key, partition if named else None)
+        elif way == "cli":
+            self._command("sessions", action, SESSIONS, key,
+                          *(["--partition", partition] if named else []),
+                          *(["--yes"] if action == "close" else []))
+        else:
+            self._route("POST", f"/api/sessions/{{endpoint}}/{{session}}/{action}",
+                        ["partition"] if named else [], endpoint=SESSIONS, session=key,
+                        partition=partition if named else None)
+
+    def _some_message_id(self) -> str:
+        if self._plan is not None and self._plan.message_ids:
+            return self._world.rng.choice(sorted(self._plan.message_ids.values()))
+        return "root0"
+
+    # -- the ways in --------------------------------------------------------------------------
+    def _command(self, *args: str) -> str:
+        """``python -m bus ARGS --app bus_simulated_app``, in-process; its output."""
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            cli.main(args=[*args, "--app", APP_MODULE], prog_name="python -m bus",
+                     standalone_mode=False)
+        return out.getvalue()
+
+    def _route(self, method: str, path: str, options: list[str], **arguments: Any) -> Any:
+        """The dashboard's route function for ``method path``, called as the API calls it."""
+        if self._api is None:
+            raise _Refused("the dashboard's web stack is not installed")
+        surface.count_route(self._routes, method, path, options)
+        from fastapi import HTTPException
+
+        try:
+            return self._api[(method, path)](**arguments)
+        except HTTPException as exc:
+            raise _Refused(str(exc.detail)) from exc
+
+
+class _Refused(Exception):
+    """A route answered with an error status (404, 409, ...): the operator reads it."""
+
+
+Purged = tuple[str, tuple[str, str | None, int | None]]
+"""A Tally's label, and its session, stream and number."""
+
+
+def _tally_entries(bodies: list[str]) -> dict[tuple[str, str, str], Purged]:
+    """The entries of Tallies their session explains (rejected, refused): key -> label,
+    session, stream and number."""
+    found: dict[tuple[str, str, str], Purged] = {}
+    for body in bodies:
+        with contextlib.suppress(ValueError, binascii.Error):
+            entry = PoisonEntry.decode(body)
+            key = _entry_key(entry)
+            if key is not None and entry.envelope is not None and settled(entry) \
+                    and entry.envelope.message_type == "Tally":
+                tally = json.loads(entry.envelope.payload or "{}")
+                found[key] = str(tally["label"]), (str(tally["session"]), entry.envelope.stream,
+                                                   entry.envelope.sequence)
+    return found
+
+
+def _decide(entry: PoisonEntry, draw: float) -> str:
+    """What becomes of an entry: one that replaying cannot cure may be left; an expired one may
+    be replayed without its time-to-live; any may be purged."""
+    if briefs.final(entry) and "expired" in entry.reason:
+        return (LEAVE, DROP_EXPIRY, PURGE, REPLAY)[min(3, int(draw * 3.3))]
+    if briefs.final(entry):
+        return LEAVE if draw < 0.5 else PURGE
+    return REPLAY if draw < 0.6 else (DROP_EXPIRY if draw < 0.7 else PURGE)
+
+
+def _dashboard_routes(monitor: Monitor,
+                      bus: Bus) -> dict[tuple[str, str], Callable[..., Any]] | None:
+    """The API's route functions by (method, path); None without the dashboard's web stack."""
+    try:
+        from fastapi.routing import APIRoute
+
+        from bus.operations.dashboard import api, models
+    except ImportError:
+        return None
+    settings = models.Settings(allow_actions=True, depth_seconds=0.0,
+                               endpoints=monitor.endpoints, prefix=bus.names.prefix,
+                               how_to_allow="")
+    found: dict[tuple[str, str], Callable[..., Any]] = {}
+    for route in api.router(monitor, settings).routes:
+        if isinstance(route, APIRoute):
+            found.update({(method, route.path): route.endpoint for method in route.methods or ()})
+    return found
