@@ -156,7 +156,6 @@ BREAKS: dict[str, tuple[Safeguards, str]] = {
     "purge-unsettled": (Safeguards(settle_before_purge=False),
                         "a purge deletes a message's token without completing its unfinished "
                         "record"),
-
     "unmarked-sends": (Safeguards(send_marks=False),
                        "send_once_many creates tokens without send marks"),
     "mark-apart": (Safeguards(marks_with_tokens=False),

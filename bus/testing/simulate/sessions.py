@@ -3,15 +3,17 @@ quiesced (``workload.SessionPlan`` says what was sent, ``bus.protocol.sessions.o
 
 1. Every Tally's effect is applied exactly once - or, never applied, its copy is in the
    poison queue for a reason its session accounts for: its handler rejects it on every
-   delivery (the doomed Tally), or it came after its session had skipped its number (only at
-   an endpoint that skips gaps).
+   delivery (the doomed Tally), it came after its session had skipped its number (at an
+   endpoint that skips gaps, or after the operator's skip), or after the operator closed its
+   session; or the operator purged its entry.
 2. Per stream, effects in sequence order: each effect row names the number its session had
    handled last in that stream, which must be the stream's previous number - or every number
    between them skipped, in a gap the session row records. A skipped number is never handled.
 3. Each session's state agrees with its effects: its count (and the row's), the last number
    per stream, the partition's counter - no lost update, no progress without its effect.
-4. Nothing waits in a session; a session is closed when, and only when, the plan closes it
-   and all its Tallies were handled.
+4. Nothing waits in a session (a closed one may still list copies it released, each then
+   poisoned); a session is closed when, and only when, the plan closes it and all its
+   Tallies were handled - or the operator closed it.
 5. Every number a handler's stream gave (its partition's slot counts them) was handled or is
    in the poison queue: a handler's copies are never lost, so no gap of theirs is real.
 """
