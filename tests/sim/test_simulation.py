@@ -99,6 +99,9 @@ of the first 300 (seed 118)."""
 @pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.sim_long)
                                   if name in SLOW_BREAKS else name for name in sorted(BREAKS)])
 def test_each_break_fails_at_its_known_seed(name: str) -> None:
+    # The operator at the console acts through the dashboard too: without its web stack (the
+    # Python 3.10 tests) it takes the other ways, and a run takes other turns than here.
+    pytest.importorskip("fastapi", reason="the known seeds are those of runs with the dashboard")
     seed = FAILING_SEED.get(name)
     assert seed is not None, (
         f"break {name} has no known failing seed: find it with `python -m "

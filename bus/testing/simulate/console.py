@@ -31,8 +31,6 @@ from bus import Bus
 from bus.adapters.memory import InMemoryStorage
 from bus.errors import BusError
 from bus.operations.cli import main as cli
-from bus.operations.dashboard.monitor import Monitor
-from bus.operations.dashboard.poller import Poller
 from bus.protocol.poison.queue import PoisonEntry
 from bus.protocol.sessions.order import SESSION_ROW, SessionRow, decode
 from bus.storage import StorageError
@@ -68,8 +66,7 @@ class Console:
         self._routes = routes
         self._sessions = sessions
         self.decisions: dict[tuple[str, str, str], str] = {}
-        self._monitor = Monitor(bus, Poller(0.0, clock=world.now))
-        self._api = _dashboard_routes(self._monitor, bus)
+        self._api = _dashboard_routes(bus, world)
         app = types.ModuleType(APP_MODULE)
         app.bus = bus  # type: ignore[attr-defined]
         sys.modules[APP_MODULE] = app
@@ -199,7 +196,8 @@ class Console:
             sorted(self._bus.topology.endpoints))
         seconds, reason = rng.uniform(0.5, 4.0), rng.choice(("", "deploying"))
         pause = rng.random() < 0.6
-        if self._way() == "api":
+        # No command pauses: the API, or (the command line drawn) the dashboard when it is there.
+        if self._way() == "api" or self._api is None:
             if pause:
                 self._bus.pause(target, seconds, reason=reason)
             else:
@@ -415,15 +413,20 @@ def _decide(entry: PoisonEntry, draw: float) -> str:
     return REPLAY if draw < 0.6 else (DROP_EXPIRY if draw < 0.7 else PURGE)
 
 
-def _dashboard_routes(monitor: Monitor,
-                      bus: Bus) -> dict[tuple[str, str], Callable[..., Any]] | None:
-    """The API's route functions by (method, path); None without the dashboard's web stack."""
+def _dashboard_routes(bus: Bus,
+                      world: World) -> dict[tuple[str, str], Callable[..., Any]] | None:
+    """The API's route functions by (method, path), over a ``Monitor`` of ``bus`` that reads
+    afresh each time; None without the dashboard's web stack (FastAPI: Python 3.10's tests
+    run without it, and the operator then acts through the other two ways)."""
     try:
         from fastapi.routing import APIRoute
 
         from bus.operations.dashboard import api, models
+        from bus.operations.dashboard.monitor import Monitor
+        from bus.operations.dashboard.poller import Poller
     except ImportError:
         return None
+    monitor = Monitor(bus, Poller(0.0, clock=world.now))
     settings = models.Settings(allow_actions=True, depth_seconds=0.0,
                                endpoints=monitor.endpoints, prefix=bus.names.prefix,
                                how_to_allow="")
