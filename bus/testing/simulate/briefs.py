@@ -20,7 +20,9 @@ line and the dashboard's routes. Once a run has quiesced, per Brief (``check``):
    expiry, not to a purge;
 3. if its handler never committed, the operator purged it, or its entry is left in the poison
    queue for a reason replaying cannot cure (expired, a partition key the bus refuses);
-4. no entry left says ``expired`` for a Brief whose handler ran.
+4. no entry left says ``expired`` for a Brief whose handler ran;
+5. no handler's own check failed (a deleted row that came back, a send the middleware did not
+   stamp): an entry with such an exception, even one the operator then purged, is a violation.
 """
 
 from __future__ import annotations
@@ -88,6 +90,9 @@ class BriefPlan:
     message_ids: dict[int, str] = field(default_factory=dict)
     purged: set[str] = field(default_factory=set)
     """Message ids whose poison entries a purge removed."""
+    failed_checks: list[str] = field(default_factory=list)
+    """The exceptions of entries whose handler's own assertion failed (seen by the operator,
+    whatever it then did with the entry)."""
 
     @classmethod
     def draw(cls, seed: int) -> BriefPlan | None:
@@ -266,7 +271,7 @@ def check(bus: Bus, storage: InMemoryStorage, plan: BriefPlan) -> list[str]:
         entry = PoisonEntry.decode(body)
         if entry.envelope is not None:
             left.setdefault(entry.envelope.message_id, []).append(entry.reason)
-    violations: list[str] = []
+    violations = [f"a handler's check failed: {failure}" for failure in plan.failed_checks]
     for n, message_id in sorted(plan.message_ids.items()):
         handled, followed = effects[(ENDPOINT, n)], effects[(FOLLOWER, n)]
         if handled > 1 or followed > 1:

@@ -114,6 +114,8 @@ class Console:
         for key, entry in present.items():
             if key not in self.decisions:
                 self.decisions[key] = _decide(entry, rng.random())
+                if (entry.exception or "").startswith("AssertionError"):
+                    self._plan.failed_checks.append(entry.exception or "")
         kinds = sorted({self.decisions[key] for key in present} - {LEAVE})
         if not kinds:
             return
