@@ -93,18 +93,24 @@ def public(*, dashboard: bool = True) -> list[str]:
 
 def _api() -> Iterator[tuple[str, Callable[..., Any]]]:
     """``Bus.<method>`` and its options; then the operator objects its methods return."""
-    returned: list[type] = []
-    owners: tuple[type, ...] = (Client, Operator)
-    for owner in owners:
+    for owner, prefix in _api_owners():
         for name, function in _public_functions(owner):
-            yield from _named(f"{_API}.{name}", function)
+            yield from _named(f"{prefix}.{name}", function)
+
+
+def _api_owners() -> list[tuple[type, str]]:
+    """The classes of the bus's API and how their operations are named: the client's and
+    the operator's as ``Bus``, then each class of the bus's own that their methods return
+    (from the return type hints), by its name."""
+    owners: list[tuple[type, str]] = [(Client, _API), (Operator, _API)]
+    returned: list[type] = []
+    for owner, _ in owners:
+        for _, function in _public_functions(owner):
             hinted = typing.get_type_hints(function).get("return")
             if isinstance(hinted, type) and hinted.__module__.startswith("bus.") \
                     and hinted not in returned:
                 returned.append(hinted)
-    for owner in returned:
-        for name, function in _public_functions(owner):
-            yield from _named(f"{owner.__name__}.{name}", function)
+    return owners + [(owner, owner.__name__) for owner in returned]
 
 
 def _handler_side() -> Iterator[tuple[str, Callable[..., Any]]]:
@@ -230,18 +236,10 @@ def counting(counts: Counter[str]) -> Iterator[Counter[str]]:
 def _owners() -> dict[Any, dict[str, str]]:
     """The classes whose attributes are wrapped: attribute -> operation name."""
     owners: dict[Any, dict[str, str]] = {}
-    returned: list[type] = []
-    api: tuple[type, ...] = (Client, Operator)
-    for owner in api:
-        for name, function in _public_functions(owner):
-            owners.setdefault(owner, {})[name] = f"{_API}.{name}"
-            hinted = typing.get_type_hints(function).get("return")
-            if isinstance(hinted, type) and hinted.__module__.startswith("bus.") \
-                    and hinted not in returned:
-                returned.append(hinted)
-    for owner in (*returned, *_HANDLER):
+    named = [*_api_owners(), *((owner, owner.__name__) for owner in _HANDLER)]
+    for owner, prefix in named:
         for name, _ in _public_functions(owner):
-            owners.setdefault(owner, {})[name] = f"{owner.__name__}.{name}"
+            owners.setdefault(owner, {})[name] = f"{prefix}.{name}"
     owners[Endpoint] = {"__init__": "Endpoint", "handles": "Endpoint.handles"}
     return owners
 
