@@ -25,8 +25,8 @@ class Add(Command):
 
 
 def build(storage: Storage, prefix: str, *, group: bool = True,
-          gate: Callable[[], Gate] = threading.Event) -> Bus:
-    counter = Endpoint("counter")
+          gate: Callable[[], Gate] = threading.Event, max_depth: int | None = None) -> Bus:
+    counter = Endpoint("counter", max_queue_depth=max_depth)
 
     @counter.handles(Add, partition=lambda m: m.key)
     def add(message: Add, ctx: Context) -> None:
@@ -34,7 +34,7 @@ def build(storage: Storage, prefix: str, *, group: bool = True,
         ctx.state.put("n", {"n": int(row["n"] or 0) + 1})
 
     bus = seamed_bus(Seams(gate=gate), storage, [counter], prefix=prefix,
-                     settings=Settings(group_sends=group))
+                     settings=Settings(group_sends=group, depth_check_seconds=0))
     bus.provision()
     return bus
 
@@ -79,6 +79,7 @@ class HeldQueues(ForwardingQueues):
         self.bodies: list[str] = []
         self._first = True
         self.fail_next = 0
+        self.fail_depth = 0
 
     def send(self, queue: str, body: str, *, delay: float = 0.0) -> None:
         if self._first:
@@ -90,6 +91,12 @@ class HeldQueues(ForwardingQueues):
             raise TransientError("injected: queue send failed before effect")
         self.bodies.append(body)
         self._inner.send(queue, body, delay=delay)
+
+    def depth(self, queue: str) -> int:
+        if self.fail_depth and self.release.is_set():  # the group's look: all wait in it
+            self.fail_depth -= 1
+            raise TransientError("injected: queue properties failed")
+        return self._inner.depth(queue)
 
 
 class FailingTables:
@@ -176,6 +183,21 @@ def test_a_group_whose_bundle_failed_sends_each_signal_again(storage: Storage,
     held.fail_next = 2  # the next two signal requests fail before their effect
     keys = [f"k{i}" for i in range(4)]
     grouped_sends(bus, held, keys)
+    assert drain(bus).signals == 4 and counts(bus, keys) == [1] * 4
+    assert bus.parts.inbox.all() == []
+
+
+def test_a_group_whose_depth_read_failed_sends_each_signal_alone(storage: Storage,
+                                                                 prefix: str) -> None:
+    # The tokens are written before the group looks at the destination's depth: a failed look
+    # must not fail the callers' sends (they would send again, leaving orphan tokens), but
+    # leave each caller to signal its own copy.
+    held = HeldQueues(storage.queues)
+    bus = build(Storage(held, storage.blobs, storage.tables), prefix, max_depth=1000)
+    held.fail_depth = 1
+    keys = [f"k{i}" for i in range(4)]
+    grouped_sends(bus, held, keys)
+    assert held.fail_depth == 0
     assert drain(bus).signals == 4 and counts(bus, keys) == [1] * 4
     assert bus.parts.inbox.all() == []
 

@@ -13,6 +13,7 @@ import json
 import logging
 import subprocess
 import sys
+import time
 from collections import Counter
 from dataclasses import fields
 
@@ -123,6 +124,21 @@ def test_runs_replay_exactly_from_their_seed() -> None:
     first, second = run_once(42), run_once(42)
     assert (first.faults, first.steps, first.violations) == (
         second.faults, second.steps, second.violations)
+
+
+def test_runs_do_not_depend_on_the_wall_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A reading by the wall's clock (a statistics window crossing midnight, say) changes how
+    # many storage calls a run makes, so its faults, so its interleavings: a known seed would
+    # then fail or pass by the time of day. Seed 3 is a run with the operator's console.
+    real_monotonic = time.monotonic
+    started = real_monotonic()
+    results = []
+    for wall in (1_767_225_600 + 600, 1_767_268_800):  # 2026-01-01 at 00:10 and at 12:00 UTC
+        monkeypatch.setattr(time, "time", lambda wall=wall: wall + real_monotonic() - started)
+        monkeypatch.setattr(time, "monotonic", lambda wall=wall: wall + real_monotonic())
+        result = run_once(3)
+        results.append((result.faults, result.steps, result.violations))
+    assert results[0] == results[1]
 
 
 def test_command_line_prints_a_json_summary_last() -> None:

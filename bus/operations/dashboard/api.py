@@ -47,7 +47,7 @@ def _endpoint_routes(api: APIRouter, monitor: Monitor) -> None:
         its throughput over ``period`` - readings shared by all viewers, at most one per
         ``depth_seconds`` each."""
         rows = [_endpoint_row(monitor, name, period) for name in monitor.endpoints]
-        return models.Endpoints(now=time.time(), period=period, endpoints=rows)
+        return models.Endpoints(now=monitor.poller.now(), period=period, endpoints=rows)
 
     @api.post("/endpoints/{endpoint}/pause", tags=["endpoints"])
     def pause(endpoint: str, request: models.PauseRequest) -> models.PauseResult:

@@ -11,7 +11,6 @@ the Poisoned messages page and the poison counts share one read per interval.
 from __future__ import annotations
 
 import threading
-import time
 
 from bus.bus import Bus, Pause
 from bus.errors import ConfigurationError
@@ -75,7 +74,7 @@ class Monitor:
 
     def stats(self, endpoint: str, period: float) -> Reading[overview.EndpointStats]:
         def read() -> overview.EndpointStats:
-            now = time.time()
+            now = self.poller.now()  # the bus's clock where it is not the wall's (simulation)
             return overview.endpoint_stats(self.bus, endpoint, now - period, now)
         return self.poller.get(("stats", endpoint, period), read)
 

@@ -61,6 +61,10 @@ class Poller:
                 self.reads += 1
             return reading  # type: ignore[return-value]
 
+    def now(self) -> float:
+        """The time by this poller's clock (readings are stamped with it)."""
+        return self._clock()
+
     def forget(self, *keys: Hashable) -> None:
         """Drop the readings of ``keys`` (after an action changed what they read)."""
         with self._lock:

@@ -10,7 +10,6 @@ import threading
 from collections.abc import Callable, Sequence
 
 from bus.envelope import Envelope, encode_bundle, encode_signal, fits_signal
-from bus.errors import QueueFull
 from bus.naming import Names
 from bus.observability import Telemetry
 from bus.protocol.copies.backpressure import Room
@@ -142,9 +141,9 @@ class Courier:
         """``signal`` for several copies: those due now travel in bundles, one queue message
         per destination (or per ``bundles.MAX_PARTS`` or 64 KiB); scheduled copies alone.
 
-        Returns, per copy, None (sent) or why not: QueueFull for a full destination, or the
-        storage error of the send its bundle was in (its outcome unknown: sending again is
-        harmless, tokens deduplicate)."""
+        Returns, per copy, None (sent) or why not: QueueFull for a full destination, the
+        error of a failed look at its depth, or the storage error of the send its bundle was
+        in (its outcome unknown: sending again is harmless, tokens deduplicate)."""
         problems: list[StorageError | None] = [None] * len(envelopes)
         alone: list[int] = []
         by_destination: dict[str, list[int]] = {}
@@ -158,7 +157,7 @@ class Courier:
             texts = [self.signal_form(envelopes[i]).to_json() for i in indexes]
             try:
                 self.check_room(destination)
-            except QueueFull as exc:
+            except StorageError as exc:  # full, or its depth unread: each caller finishes its own
                 for index in indexes:
                     problems[index] = exc
                 continue
