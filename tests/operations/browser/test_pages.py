@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Locator, Page, expect
+from playwright.sync_api import Locator, Page, Route, expect
 
 from bus.testing import drain
 from tests.operations.browser.conftest import Server
@@ -143,6 +143,24 @@ def test_following_a_conversation(page: Page, readonly: Server, shop: Shop,
     expect(picture).to_contain_text("billing")
     no_errors(page)
     screenshot(page, "conversation")
+
+
+def test_an_id_typed_while_the_page_loads_is_kept(page: Page, readonly: Server,
+                                                  shop: Shop) -> None:
+    # The page loads its settings first; an id typed meanwhile must survive that load.
+    held: list[Route] = []
+    page.route("**/api/settings", lambda route: held.append(route))
+    page.goto(readonly.url + "/conversation")
+    page.get_by_test_id("conversation-id").fill(shop.conversation)
+    page.wait_for_function("() => true")  # let the held settings requests reach us
+    assert held
+    for route in held:
+        route.continue_()
+    page.wait_for_load_state("networkidle")
+    expect(page.get_by_test_id("conversation-id")).to_have_value(shop.conversation)
+    page.get_by_test_id("conversation-go").click()
+    expect(page.get_by_test_id("message-count")).to_have_text("3")
+    no_errors(page)
 
 
 def test_read_only_refuses_actions(page: Page, readonly: Server, shop: Shop) -> None:

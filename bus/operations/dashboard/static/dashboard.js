@@ -230,9 +230,11 @@ function conversationPage() {
   return {
     ...base(), id: "", data: null, states: STATES,
     async init() {
+      // Read the address's id before waiting for the settings: an id typed meanwhile stays.
+      const asked = new URLSearchParams(window.location.search).get("id");
+      if (asked) this.id = asked;
       await this.loadSettings();
-      this.id = new URLSearchParams(window.location.search).get("id") || "";
-      if (this.id) await this.load();
+      if (asked) await this.load();
     },
     async go() {
       const url = new URL(window.location.href);
