@@ -3,8 +3,9 @@
 An operator acts through the Python API (``bus.poisoned(...)``, ``bus.pause(...)``, ...), the
 command line (``python -m bus dlq replay ...``, run in-process by its click tree against the
 run's bus) or the dashboard (the API's route functions, called with the request bodies the
-pages send, over a ``Monitor`` of the run's bus). Each action picks one way at random, so every
-command, every route and every method is driven, at random moments, while the workers run
+pages send, over a ``Monitor`` of the run's bus). Each kind of action takes the three ways in
+turn, from one drawn at random, so every command, every route and every method is driven
+whenever a run does that kind of thing a few times, at random moments, while the workers run
 and storage fails.
 
 What it does: decides, once per entry, what becomes of each Brief's poison entry at ``t``
@@ -66,6 +67,7 @@ class Console:
         self._routes = routes
         self._sessions = sessions
         self.decisions: dict[tuple[str, str, str], str] = {}
+        self._turns: dict[str, int] = {}
         self._api = _dashboard_routes(bus, world)
         app = types.ModuleType(APP_MODULE)
         app.bus = bus  # type: ignore[attr-defined]
@@ -101,8 +103,12 @@ class Console:
                 except (StorageError, BusError, click.ClickException, SystemExit, _Refused):
                     self._world.sleep(0.2)
 
-    def _way(self) -> str:
-        way = self._world.rng.choice(WAYS)
+    def _way(self, kind: str) -> str:
+        """The way in for this ``kind`` of action: the next of the three, from a random one."""
+        if kind not in self._turns:
+            self._turns[kind] = self._world.rng.randrange(len(WAYS))
+        self._turns[kind] += 1
+        way = WAYS[self._turns[kind] % len(WAYS)]
         return "api" if way == "dashboard" and self._api is None else way
 
     def _entries(self) -> None:
@@ -155,7 +161,7 @@ class Console:
         return sorted(found)
 
     def _replay(self, ids: list[str], every: bool, *, drop_expiry: bool) -> None:
-        way = self._way()
+        way = self._way("replay")
         if way == "api":
             self._bus.poisoned(briefs.ENDPOINT).replay(None if every else set(ids),
                                                       drop_expiry=drop_expiry)
@@ -176,7 +182,7 @@ class Console:
         replaying)."""
         before = set(self._present())
         try:
-            way = self._way()
+            way = self._way("purge")
             if way == "api":
                 self._bus.poisoned(briefs.ENDPOINT).purge(None if every else set(ids))
             elif way == "cli":
@@ -199,7 +205,7 @@ class Console:
         seconds, reason = rng.uniform(0.5, 4.0), rng.choice(("", "deploying"))
         pause = rng.random() < 0.6
         # No command pauses: the API, or (the command line drawn) the dashboard when it is there.
-        if self._way() == "api" or self._api is None:
+        if self._way("pause") == "api" or self._api is None:
             if pause:
                 self._bus.pause(target, seconds, reason=reason)
             else:
@@ -219,7 +225,7 @@ class Console:
         """One of the operator's reads, through one way in."""
         rng = self._world.rng
         endpoint = rng.choice(sorted(self._bus.topology.endpoints))
-        way = self._way()
+        way = self._way("read")
         if way == "cli":
             self._read_by_command(endpoint, rng.random())
         elif way == "dashboard":
@@ -273,7 +279,7 @@ class Console:
     def release(self, endpoint: str, message_id: str, deferrals: int) -> None:
         """Release a deferred message, naming the deferral seen: by the API or the
         dashboard (``bus.testing.simulate.run``'s releaser decides which and when)."""
-        if self._way() != "dashboard":
+        if self._way("release") != "dashboard":
             self._bus.deferred(endpoint).release(message_id, deferrals=deferrals)
             return
         from bus.operations.dashboard import models
@@ -318,7 +324,7 @@ class Console:
         ids = sorted(letter.id for letter in self._bus.poisoned(SESSIONS).entries()
                      if _entry_key(letter.entry) in chosen)
         try:
-            if ids and self._way() == "cli":
+            if ids and self._way("tallies") == "cli":
                 self._command("dlq", "purge", SESSIONS, "--yes", *ids)
             elif ids:
                 self._bus.poisoned(SESSIONS).purge(set(ids))
@@ -340,7 +346,7 @@ class Console:
         (self._sessions.closed_by_operator if action == "close"
          else self._sessions.skipped_by_operator).add(key)
         named = self._world.rng.random() < 0.5
-        way = self._way()
+        way = self._way("session")
         if way == "api":
             sessions = self._bus.sessions(SESSIONS)
             act = sessions.close if action == "close" else sessions.skip
