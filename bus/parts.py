@@ -149,7 +149,8 @@ class Parts:
     def outbox(self, endpoint: str) -> Outbox:
         """The outbox slots of ``endpoint``: any endpoint under this prefix, also one another
         app defines (a token's origin)."""
-        return Outbox(self.observed.tables, self.names.state_table(endpoint))
+        return Outbox(self.observed.tables, self.names.state_table(endpoint),
+                      reserve_growth=self.safeguards.reserve_record_growth)
 
     def dispatcher(self, outbox: Outbox) -> Dispatcher:
         return Dispatcher(courier=self.courier, outbox=outbox, new_id=self.new_id,

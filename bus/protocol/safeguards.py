@@ -98,6 +98,10 @@ class Safeguards:
     settle_before_purge: bool = True
     """A purge first completes the unfinished record of the message whose entry it deletes:
     a handler that committed has its sends go out, though its token and entry go."""
+    reserve_record_growth: bool = True
+    """A commit's check leaves room in its outbox record for what later passes add (an ETag
+    per outgoing token, the attempt ids a helper pass supersedes): a record that passed never
+    outgrows its row on the way out."""
     one_entry_per_token: bool = True
     """The poison-queue tools keep one entry per poisoned token (the oldest): two poisonings
     of one message that raced (concurrent copies rejected, each writing its entry before one
@@ -150,6 +154,9 @@ BREAKS: dict[str, tuple[Safeguards, str]] = {
                                "after its commit, as if it were finished"),
     "duplicate-entries": (Safeguards(one_entry_per_token=False),
                           "the poison-queue tools keep every entry of a poisoned token"),
+    "unreserved-growth": (Safeguards(reserve_record_growth=False),
+                          "a commit's check takes the record as committed, with no room for "
+                          "the ETags and superseded attempt ids later passes add"),
     "expire-before-claim": (Safeguards(expire_after_claim=False),
                             "a receiver poisons an expired copy before its claim, whether or "
                             "not its handler committed"),

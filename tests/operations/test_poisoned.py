@@ -146,6 +146,23 @@ def test_purge_removes_the_entry_and_its_parked_token(storage: Storage, prefix: 
     assert charged(bus, "o4") == 0
 
 
+def test_purge_removes_a_token_poisoned_as_a_presumed_orphan(storage: Storage,
+                                                              prefix: str) -> None:
+    # A replay revived the token but its signal was never sent; the sweeper then poisoned the
+    # live token as a presumed orphan. Purging the entry must take that token too: left, it
+    # stays a presumed orphan for good, with nothing left to replay.
+    bus = dlq_app.build(storage, prefix)
+    entry = poisoned(bus, "o5")
+    [letter] = bus.poisoned("payments").entries()
+    assert letter.entry.envelope is not None
+    token = bus.parts.inbox.read("payments", letter.entry.envelope.attempt_id)
+    assert token is not None and bus.parts.inbox.revive(token, 1.0)
+    token = bus.parts.inbox.read("payments", letter.entry.envelope.attempt_id)
+    assert token is not None and bus.parts.inbox.poison(token, 2.0, orphan=True)
+    assert bus.poisoned("payments").purge({entry}) == [entry]
+    assert bus.parts.inbox.read("payments", letter.entry.envelope.attempt_id) is None
+
+
 class _ReleaseFails(NoFaults):
     """The next ``times`` releases of leased entries (extends) fail once armed."""
 

@@ -60,3 +60,20 @@ def test_poisonings_that_raced_leave_one_entry() -> None:
     [kept] = bus.poisoned("desk").entries()
     assert kept.entry.poisoned_at.timestamp() == 1.0  # the oldest
     assert bus.storage.queues.depth(bus.names.poison_queue("desk")) == 1
+
+
+def test_entries_of_a_message_processed_since_are_tidied_to_one() -> None:
+    """Two raced poisonings, then the message was processed (a replay of one entry): the other
+    entries are stale; the tools keep one to say so."""
+    bus = build()
+    bus.send(Charge(ref="c3"))
+    body = queued(bus)
+    envelope = decode_signal(body)
+    entries = bus.parts.poison_queue("desk")
+    for when in (1.0, 2.0, 3.0):
+        entries.put(body, reason="rejected: card declined", dequeue_count=1, now=when,
+                    envelope=envelope)
+    bus.parts.inbox.consume("desk", envelope.attempt_id)
+    [kept] = bus.poisoned("desk").entries()
+    assert kept.token is None and kept.entry.poisoned_at.timestamp() == 1.0
+    assert bus.storage.queues.depth(bus.names.poison_queue("desk")) == 1

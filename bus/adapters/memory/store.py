@@ -279,6 +279,13 @@ class MemoryBlobs:
         return self._core.call(
             "blob", "list", lambda: sorted(n for n in self._get(container) if n.startswith(prefix)))
 
+    # -- inspection for tests and the simulation (no faults, no scheduling) --------------
+    def stored(self, container: str, name: str) -> bytes | None:
+        """The blob's bytes, or None when there is no such blob."""
+        with self._core.lock:
+            blob = self._containers.get(container, {}).get(name)
+            return None if blob is None else blob.data
+
     def _get(self, container: str) -> dict[str, Blob]:
         if container not in self._containers:
             raise Missing(f"container {container!r} does not exist")
@@ -376,6 +383,11 @@ class MemoryTables:
     def rows(self, table: str) -> Iterator[Entity]:
         with self._core.lock:
             yield from list(self._tables.get(table, {}).values())
+
+    def stored(self, table: str, partition_key: str, row_key: str) -> Entity | None:
+        """The row, or None when there is no such row."""
+        with self._core.lock:
+            return self._tables.get(table, {}).get((partition_key, row_key))
 
     def names(self) -> list[str]:
         with self._core.lock:

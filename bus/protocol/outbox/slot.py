@@ -57,10 +57,11 @@ class Slot:
 
 
 class Outbox:
-    def __init__(self, tables: Tables, table: str) -> None:
+    def __init__(self, tables: Tables, table: str, *, reserve_growth: bool = True) -> None:
         self._tables = tables
         self._table = table
         self._limits = tables.limits
+        self._reserve_growth = reserve_growth  # off only for the "unreserved-growth" break
 
     def claimed_rows(self, reads: Sequence[str]) -> list[str]:
         """The state rows a claim fetches with the slot: the first distinct ones, as many as
@@ -122,7 +123,7 @@ class Outbox:
         a record that one transaction cannot carry together."""
         placeholder = "x" * self._limits.etag_chars
         largest = record.placed((placeholder,) * len(record.outgoing)).model_copy(
-            update={"superseded": record.attempts()})
+            update={"superseded": record.attempts()}) if self._reserve_growth else record
         slot = self._encode(partition, largest)
         try:
             check_transaction([*state_ops, TableOp("replace", slot)], self._limits)

@@ -70,7 +70,7 @@ from bus.protocol.copies.payloads import Payloads
 from bus.protocol.outbox.slot import ClaimLost
 from bus.protocol.poison.queue import PoisonEntry, PoisonQueue
 from bus.protocol.safeguards import Safeguards
-from bus.protocol.tokens.inbox import Inbox, TokenState
+from bus.protocol.tokens.inbox import Inbox, Token, TokenState
 from bus.protocol.tokens.verdict import Verdict, verdict
 from bus.storage import NotFound, QueueMessage, Queues, StorageError
 
@@ -153,11 +153,13 @@ class PoisonedMessages:
         return adopted
 
     def _without_duplicates(self, ours: list[QueueMessage]) -> list[QueueMessage]:
-        """Delete all but the oldest entry of each poisoned token; the rest of ``ours``.
-        Poisonings that race (concurrent copies of one message rejected, each writing its
-        entry before one of them poisons the token: the others' compare-and-swap fails) leave
-        one entry each. Only a token that is poisoned now: its poisoning landed, so the other
-        entries are spare. An entry kept whole in a blob (it names no envelope here) is left."""
+        """Delete all but the oldest entry of each token that is poisoned or gone; the rest of
+        ``ours``. Poisonings that race (concurrent copies of one message rejected, each writing
+        its entry before one of them poisons the token: the others' compare-and-swap fails)
+        leave one entry each. Only a token that is poisoned now (its poisoning landed, so the
+        other entries are spare) or gone (its message processed or purged since: every entry
+        is stale, one is kept to say so). An entry kept whole in a blob (it names no envelope
+        here) is left."""
         by_token: dict[str, list[tuple[QueueMessage, PoisonEntry]]] = {}
         seen: set[str] = set()
         for message in ours:
@@ -173,7 +175,7 @@ class PoisonedMessages:
         spare: set[str] = set()
         for attempt_id, group in by_token.items():
             if len(group) < 2 or verdict(self._inbox.read(self.endpoint, attempt_id)) \
-                    is not Verdict.POISONED:
+                    not in (Verdict.POISONED, Verdict.CONSUMED):
                 continue
             for message, _ in sorted(group, key=lambda pair: pair[1].poisoned_at)[1:]:
                 with contextlib.suppress(NotFound):
@@ -199,8 +201,8 @@ class PoisonedMessages:
         return results
 
     def purge(self, ids: set[str] | None = None) -> list[str]:
-        """Delete the entries named by ``ids`` (all when None), their poisoned tokens and
-        payloads; returns the ids purged."""
+        """Delete the entries named by ``ids`` (all when None), their poisoned tokens (one
+        poisoned as a presumed orphan too) and payloads; returns the ids purged."""
         purged: list[str] = []
         self.refusals = {}
         with self._leased() as entries:
@@ -209,13 +211,13 @@ class PoisonedMessages:
                     continue
                 if entry.envelope is not None:
                     token = self._inbox.read(self.endpoint, entry.envelope.attempt_id)
-                    if token is not None and verdict(token) is Verdict.POISONED:
+                    if _poisoned(token):
                         refused = self._settled(entry.envelope)
                         if refused is not None:
                             self.refusals[message.id] = refused
                             continue
                         token = self._inbox.read(self.endpoint, entry.envelope.attempt_id)
-                    if token is not None and verdict(token) is Verdict.POISONED:
+                    if token is not None and _poisoned(token):
                         self._inbox.delete_if_unchanged(token)
                         if entry.envelope.payload_ref is not None and self._payloads.confined(
                                 entry.envelope, self.endpoint):
@@ -394,3 +396,9 @@ def _as_sent(body: str) -> str:
         return body
     stripped, carried = carried_deliveries(raw)
     return base64.b64encode(stripped).decode("ascii") if carried else body
+
+
+def _poisoned(token: Token | None) -> bool:
+    """Whether the token is poisoned - one poisoned as a presumed orphan too, which a late
+    signal may still process (``verdict``) but a purge removes like any other."""
+    return token is not None and token.state is TokenState.POISONED

@@ -6,20 +6,24 @@ The client sends each Brief by another of the bus's ways (``send``, ``publish``,
 ``publish_once``, ``send_once_many``, ``send_many``) with every option they take: a
 time-to-live (short ones expire in a backlog or a pause), a delay, headers, a correlation id,
 an explicit destination. Some Briefs carry a partition key from hostile data: reserved for
-the bus's own rows, too long, with characters Table Storage forbids. ``t``'s handler reads
-what its context offers, writes, reads and deletes state, and sends one follow-up per Brief to
-``u`` (a command with ``to=``, or an event, each with options); ``u`` is bounded in some runs
-(back-pressure keeps ``t``'s records waiting to send).
+the bus's own rows, too long, with characters Table Storage forbids. Some carry payloads near
+the limits: a few hundred bytes either side of what a queue message carries inline, or one
+large enough for a blob. ``t``'s handler reads what its context offers, writes, reads and
+deletes state, and sends one follow-up per Brief to ``u`` with the Brief's payload (a command
+with ``to=``, or an event, each with options) - or, for some, a fan-out of follow-ups whose
+outbox record is within a few bytes a copy of the most a record holds; ``u`` is bounded in
+some runs (back-pressure keeps ``t``'s records waiting to send).
 
 The operator's side (``bus.testing.simulate.surface_operator``) replays, replays without the
 time-to-live, purges or leaves ``t``'s poison entries, through the Python API, the command
 line and the dashboard's routes. Once a run has quiesced, per Brief (``check``):
 
-1. its effect at ``t`` happened at most once, its follow-up's at ``u`` at most once;
-2. if its handler committed, its follow-up was handled: committed work is never lost, not to
-   expiry, not to a purge;
+1. its effect at ``t`` happened at most once, each follow-up's at ``u`` at most once;
+2. if its handler committed, each of its follow-ups was handled: committed work is never lost,
+   not to expiry, not to a purge;
 3. if its handler never committed, the operator purged it, or its entry is left in the poison
-   queue for a reason replaying cannot cure (expired, a partition key the bus refuses);
+   queue for a reason replaying cannot cure (expired, a partition key the bus refuses, a
+   fan-out a few bytes over what a record holds);
 4. no entry left says ``expired`` for a Brief whose handler ran;
 5. no handler's own check failed (a deleted row that came back, a send the middleware did not
    stamp): an entry with such an exception, even one the operator then purged, is a violation.
@@ -27,6 +31,7 @@ line and the dashboard's routes. Once a run has quiesced, per Brief (``check``):
 
 from __future__ import annotations
 
+import functools
 import random
 from collections import Counter
 from collections.abc import Callable
@@ -34,11 +39,27 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from bus import Bus, Command, Context, Endpoint, Event, Middleware, Outgoing, RetryPolicy
+from bus import (
+    Bus,
+    Command,
+    Context,
+    Endpoint,
+    Event,
+    Middleware,
+    Outgoing,
+    RecordTooLarge,
+    RetryPolicy,
+)
 from bus.adapters.memory import InMemoryStorage
 from bus.middleware import SendNext
 from bus.naming import RESERVED_PARTITION_PREFIX
 from bus.protocol.poison.queue import PoisonEntry
+from bus.protocol.safeguards import Safeguards
+from bus.seams import Seams
+from bus.storage.limits import AZURE
+from bus.testing.drain import drain
+from bus.testing.seamed import seamed_bus
+from bus.testing.simulate.entries import whole_entry
 
 ENDPOINT = "t"
 FOLLOWER = "u"
@@ -53,6 +74,17 @@ ODD_KEYS = ("k0", "k1", "ключ", "key with spaces", "~tilde", "k" * 200)
 """Partition keys a user's data may hold that the bus must take."""
 FINAL = ("expired", "partition key")
 """Reasons replaying cannot cure: the operator may leave such an entry for good."""
+TOO_LARGE = "RecordTooLarge"
+"""The exception of a fan-out over what a record holds: no replay cures it either."""
+SIZES = ("small", "blob", "near-inline", "fan-out")
+SIZE_WEIGHTS = (60, 10, 15, 15)
+INLINE_PADS = (AZURE.signal_bytes - 650, AZURE.signal_bytes - 250)
+"""A near-inline Brief's payload: its signal a few hundred bytes under or over what a queue
+message carries inline (the envelope around it takes about 450)."""
+BLOB_PAD = 50_000
+FAN_OUTS = (4, 12)
+"""How many follow-ups a fan-out Brief's handler sends (each with a payload that fills the
+record to within a few bytes a copy of its limit)."""
 
 
 class Brief(Command):
@@ -69,10 +101,14 @@ class Briefing(Event):
 
 class Debrief(Command):
     n: int
+    i: int = 0
+    pad: str = ""
 
 
 class Briefed(Event):
     n: int
+    i: int = 0
+    pad: str = ""
 
 
 TYPES = {"Brief", "Briefing", "Debrief", "Briefed"}
@@ -87,6 +123,9 @@ class BriefPlan:
     keys: list[str]
     ttls: list[float | None]
     bounded: int | None
+    sizes: list[str] = field(default_factory=list)
+    fan_outs: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """Brief -> how many follow-ups its handler sends and the payload length of each."""
     message_ids: dict[int, str] = field(default_factory=dict)
     purged: set[str] = field(default_factory=set)
     """Message ids whose poison entries a purge removed."""
@@ -104,8 +143,30 @@ class BriefPlan:
         keys = [draw.choice(HOSTILE_KEYS) if draw.random() < 0.2 else draw.choice(ODD_KEYS)
                 for _ in range(count)]
         ttls = [draw.choice((None, draw.uniform(0.5, 4.0), 600.0)) for _ in range(count)]
-        return cls(ways=[draw.choice(WAYS) for _ in range(count)], keys=keys, ttls=ttls,
-                   bounded=draw.choice((None, 1, 2)))
+        sizes = draw.choices(SIZES, weights=SIZE_WEIGHTS, k=count)
+        plan = cls(ways=[draw.choice(WAYS) for _ in range(count)], keys=keys, ttls=ttls,
+                   bounded=draw.choice((None, 1, 2)), sizes=sizes)
+        for n, size in enumerate(sizes):
+            if size == "fan-out":
+                copies = draw.randint(*FAN_OUTS)
+                # Mostly the largest payload that fits (less up to 4 bytes a copy, or 1 over);
+                # else one between that and what the record holds as committed, which only
+                # the room kept for what later passes add refuses (RecordTooLarge).
+                fits = fan_out_pad(n % 2, copies, keys[n], reserve=True)
+                pad = (fits - draw.randint(-1, 4) if draw.random() < 0.6 else
+                       draw.randint(fits + 1, fan_out_pad(n % 2, copies, keys[n],
+                                                          reserve=False) + 4))
+                plan.fan_outs[n] = (copies, max(0, pad))
+        return plan
+
+    def pad(self, n: int, rng: random.Random) -> str:
+        """The payload of Brief ``n`` as its size says."""
+        size = self.sizes[n] if n < len(self.sizes) else "small"
+        if size == "blob":
+            return "x" * BLOB_PAD
+        if size == "near-inline":
+            return "x" * rng.randint(*INLINE_PADS)
+        return ""
 
 
 class Stamp(Middleware):
@@ -133,12 +194,15 @@ def endpoints(plan: BriefPlan, policy: RetryPolicy, roll: Callable[[], float],
         ctx.state.put(f"brief.{message.n}.{new_id()}", {
             "n": message.n, "message_id": ctx.message_id,
             "correlation_id": ctx.correlation_id, "headers": len(ctx.headers)})
-        if message.n % 2:
-            ctx.send(Debrief(n=message.n), to=FOLLOWER, ttl=LONG_TTL,
-                     headers={"brief": ctx.message_id})
-        else:
-            ctx.publish(Briefed(n=message.n), ttl=LONG_TTL, delay=roll() * 0.5,
-                        headers={"brief": ctx.message_id})
+        copies, length = plan.fan_outs.get(message.n, (1, -1))
+        pad = message.pad if length < 0 else "y" * length
+        for i in range(copies):
+            if message.n % 2:
+                ctx.send(Debrief(n=message.n, i=i, pad=pad), to=FOLLOWER, ttl=LONG_TTL,
+                         headers={"brief": ctx.message_id})
+            else:
+                ctx.publish(Briefed(n=message.n, i=i, pad=pad), ttl=LONG_TTL,
+                            delay=roll() * 0.5, headers={"brief": ctx.message_id})
         if roll() < failure:  # after its writes and sends: the attempt must leave nothing
             raise RuntimeError("injected handler failure after its writes")
 
@@ -149,11 +213,46 @@ def endpoints(plan: BriefPlan, policy: RetryPolicy, roll: Callable[[], float],
         if roll() < failure:
             raise RuntimeError("injected handler failure")
         assert ctx.headers.get("stamped") == "t", "t's middleware did not stamp its send"
-        ctx.state.put(f"debrief.{message.n}.{new_id()}", {"n": message.n})
+        ctx.state.put(f"debrief.{message.n}.{message.i}.{new_id()}",
+                      {"n": message.n, "i": message.i})
 
     u.handles(Debrief, partition=lambda m: f"u{m.n % 2}")(on_follow_up)
     u.handles(Briefed, partition=lambda m: f"u{m.n % 2}")(on_follow_up)
     return [t, u]
+
+
+@functools.cache
+def fan_out_pad(parity: int, copies: int, key: str, *, reserve: bool) -> int:
+    """The longest payload with which ``t``'s handler still commits ``copies`` follow-ups of a
+    Brief of that parity and key: the limit of an outbox record, found by a binary search on
+    scratch buses running the same handler (envelopes alike to a few bytes a copy) - with
+    the room a commit keeps for what later passes add, or (``reserve`` False) without."""
+    low, high = 0, AZURE.entity_bytes // copies
+    while low < high:
+        middle = (low + high + 1) // 2
+        if _commits(parity, copies, middle, key, reserve):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _commits(n: int, copies: int, pad: int, key: str, reserve: bool) -> bool:
+    plan = BriefPlan(ways=[], keys=[], ttls=[], bounded=None, fan_outs={n: (copies, pad)})
+    storage = InMemoryStorage()
+    count = iter(range(1 << 30))
+    bus = seamed_bus(Seams(safeguards=Safeguards(reserve_record_growth=reserve)), storage,
+                     endpoints(plan, RetryPolicy(), lambda: 0.5,
+                               lambda: f"{next(count):032x}", 0.0), prefix="sim")
+    bus.provision()
+    bus.send(Brief(n=n, key=key), message_id=f"brief{n}", correlation_id="conversation0",
+             headers={"n": str(n)}, ttl=600.0)
+    try:
+        drain(bus, [ENDPOINT], fail_fast=False)
+    except RecordTooLarge:  # its check passed (no room kept), its write did not
+        return True
+    return any(row.row_key.startswith("brief.")
+               for row in storage.tables.rows(bus.names.state_table(ENDPOINT)))
 
 
 class Inline(Executor):
@@ -198,7 +297,7 @@ def _send_one(bus: Bus, plan: BriefPlan, n: int, *, way: str, rng: random.Random
     key, ttl = plan.keys[n], plan.ttls[n]
     headers = {"n": str(n)} if rng.random() < 0.5 else None
     correlation = f"conversation{n % 3}" if rng.random() < 0.5 else None
-    pad = "x" * 50_000 if rng.random() < 0.2 else ""
+    pad = plan.pad(n, rng)
     plan.message_ids[n] = message_id
     # ``send`` and ``publish`` retry storage errors while making copies (Settings.send_attempts,
     # never exhausted here); one raised before (reading the topic, say), nothing was sent.
@@ -255,36 +354,60 @@ def _ignore(_: object) -> None:
 # -- what the run must show -------------------------------------------------------------------
 def final(entry: PoisonEntry) -> bool:
     """An entry replaying cannot cure: the operator may leave it."""
-    return entry.envelope is not None and entry.envelope.message_type in TYPES and any(
-        reason in entry.reason for reason in FINAL)
+    return entry.envelope is not None and entry.envelope.message_type in TYPES and (
+        any(reason in entry.reason for reason in FINAL)
+        or (entry.exception or "").startswith(TOO_LARGE))
+
+
+def _effects(bus: Bus, storage: InMemoryStorage) -> Counter[tuple[str, int, int]]:
+    """How many times each handler's effect happened: (endpoint, Brief, follow-up) -> count."""
+    effects: Counter[tuple[str, int, int]] = Counter()
+    for name, prefix in ((ENDPOINT, "brief."), (FOLLOWER, "debrief.")):
+        for row in storage.tables.rows(bus.names.state_table(name)):
+            if row.row_key.startswith(prefix):
+                effects[(name, int(row.properties["n"]),  # type: ignore[arg-type]
+                         int(row.properties.get("i", 0)))] += 1  # type: ignore[arg-type]
+    return effects
+
+
+def statistics(bus: Bus, storage: InMemoryStorage, plan: BriefPlan) -> Counter[str]:
+    """What the run's Briefs went through, for the report: how many were sent, with a payload
+    near what a signal carries inline, and the fan-outs near a record's limit that committed
+    and that were a few bytes over it."""
+    effects = _effects(bus, storage)
+    fan_outs = [n for n in plan.fan_outs if n in plan.message_ids]
+    return Counter(
+        briefs=len(plan.message_ids),
+        briefs_near_inline=sum(plan.sizes[n] == "near-inline" for n in plan.message_ids),
+        fan_outs_committed=sum(bool(effects[(ENDPOINT, n, 0)]) for n in fan_outs),
+        fan_outs_too_large=sum(not effects[(ENDPOINT, n, 0)] for n in fan_outs))
 
 
 def check(bus: Bus, storage: InMemoryStorage, plan: BriefPlan) -> list[str]:
     """The invariants of the module's docstring, for every Brief of the run."""
-    effects: Counter[tuple[str, int]] = Counter()
-    for name, prefix in ((ENDPOINT, "brief."), (FOLLOWER, "debrief.")):
-        for row in storage.tables.rows(bus.names.state_table(name)):
-            if row.row_key.startswith(prefix):
-                effects[(name, int(row.properties["n"]))] += 1  # type: ignore[arg-type]
+    effects = _effects(bus, storage)
     left: dict[str, list[str]] = {}
     for body in storage.queues.bodies(bus.names.poison_queue(ENDPOINT)):
-        entry = PoisonEntry.decode(body)
+        entry = whole_entry(storage, body)
         if entry.envelope is not None:
-            left.setdefault(entry.envelope.message_id, []).append(entry.reason)
+            left.setdefault(entry.envelope.message_id, []).append(
+                f"{entry.reason} ({entry.exception or ''})")
     violations = [f"a handler's check failed: {failure}" for failure in plan.failed_checks]
     for n, message_id in sorted(plan.message_ids.items()):
-        handled, followed = effects[(ENDPOINT, n)], effects[(FOLLOWER, n)]
-        if handled > 1 or followed > 1:
-            violations.append(f"brief {n}: applied {handled} times at t, its follow-up "
+        copies = plan.fan_outs.get(n, (1, 0))[0]
+        handled = effects[(ENDPOINT, n, 0)]
+        followed = [effects[(FOLLOWER, n, i)] for i in range(copies)]
+        if handled > 1 or max(followed) > 1:
+            violations.append(f"brief {n}: applied {handled} times at t, its follow-ups "
                               f"{followed} times at u")
-        if handled == 1 and followed == 0:
-            violations.append(f"brief {n}: its handler committed but its follow-up was never "
-                              "handled (committed work lost)")
-        if handled == 0 and followed:
+        if handled == 1 and min(followed) == 0:
+            violations.append(f"brief {n}: its handler committed but follow-ups were never "
+                              f"handled (committed work lost): {followed}")
+        if handled == 0 and max(followed):
             violations.append(f"brief {n}: a follow-up handled without its handler's commit")
         reasons = left.get(message_id, [])
         if handled == 0 and message_id not in plan.purged and not any(
-                reason in r for r in reasons for reason in FINAL):
+                reason in r for r in reasons for reason in (*FINAL, f"({TOO_LARGE}")):
             violations.append(f"brief {n} ({message_id}, key {plan.keys[n][:20]!r}): never "
                               "handled, neither purged nor left poisoned for good "
                               f"(entries: {reasons})")

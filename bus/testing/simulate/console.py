@@ -36,6 +36,7 @@ from bus.protocol.poison.queue import PoisonEntry
 from bus.protocol.sessions.order import SESSION_ROW, SessionRow, decode
 from bus.storage import StorageError
 from bus.testing.simulate import briefs, surface
+from bus.testing.simulate.entries import whole_entry
 from bus.testing.simulate.sessions import ENDPOINT as SESSIONS
 from bus.testing.simulate.sessions import settled
 from bus.testing.simulate.workload import SessionPlan
@@ -80,28 +81,48 @@ class Console:
     def waiting(self, body: str) -> bool:
         """Whether an entry of ``t``'s poison queue still waits for this operator (or for
         maintenance's adoption: a copy the host moved there): anything but an entry it
-        decided to leave, or the sweeper's report of a presumed orphan (no message in it)."""
+        decided to leave while its message waits, or the sweeper's report of a presumed
+        orphan (no message in it)."""
         try:
-            key = _entry_key(PoisonEntry.decode(body))
+            entry = whole_entry(self._storage, body)
         except (ValueError, binascii.Error):
             return True
-        return key is not None and self.decisions.get(key) != LEAVE
+        key = _entry_key(entry)
+        return key is not None and (self.decisions.get(key) != LEAVE or self._stale(entry))
+
+    def _stale(self, entry: PoisonEntry) -> bool:
+        """Whether the entry's message was processed (or purged) since: its token is gone,
+        as the listings show (read outside the faults). An entry written before its message
+        was processed (a duplicate entry, a write that landed late) is left by no operator:
+        a replay removes it as stale, or a purge does."""
+        return entry.envelope is not None and self._storage.tables.stored(
+            self._bus.names.tokens_table, briefs.ENDPOINT, entry.envelope.attempt_id) is None
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> None:
         rng = self._world.rng
+        unfinished: Callable[[], None] | None = None
         while True:
             self._world.sleep(rng.uniform(0.5, 3.0))
+            # A replay or purge that kept failing is run again, as it was, before anything
+            # else: an operator whose command failed runs it again (a replay stopped between
+            # reviving a token and sending its signal leaves the token live with no signal).
+            step = unfinished
             action = rng.choice((self._entries, self._entries, self._pause, self._read,
                                  self._read, self._session_at_random, self._purge_tallies))
             for _ in range(3):  # what failed is tried again soon, as an operator would
                 try:
                     with self._world.urgently():
                         self._stuck_sessions()
-                        action()
+                        if step is None:
+                            step = action()
+                        if step is not None:
+                            step()
+                    step = None
                     break
                 except (StorageError, BusError, click.ClickException, SystemExit, _Refused):
                     self._world.sleep(0.2)
+            unfinished = step
 
     def _way(self, kind: str) -> str:
         """The way in for this ``kind`` of action: the next of the three, from a random one."""
@@ -111,38 +132,43 @@ class Console:
         way = WAYS[self._turns[kind] % len(WAYS)]
         return "api" if way == "dashboard" and self._api is None else way
 
-    def _entries(self) -> None:
-        """Decide what becomes of each new entry at ``t``, then do one kind of it."""
+    def _entries(self) -> Callable[[], None] | None:
+        """Decide what becomes of each new entry at ``t``; the command that does one kind of
+        it (to run, and to run again as it is if it fails)."""
         if self._plan is None:
-            return
+            return None
         rng = self._world.rng
         present = self._present()
         for key, entry in present.items():
-            if key not in self.decisions:
-                self.decisions[key] = _decide(entry, rng.random())
+            if key not in self.decisions or (self.decisions[key] == LEAVE
+                                             and self._stale(entry)):
+                self.decisions[key] = (_decide(entry, rng.random()) if not self._stale(entry)
+                                       else REPLAY if rng.random() < 0.5 else PURGE)
                 if (entry.exception or "").startswith("AssertionError"):
                     self._plan.failed_checks.append(entry.exception or "")
         kinds = sorted({self.decisions[key] for key in present} - {LEAVE})
         if not kinds:
-            return
+            return None
         wanted = rng.choice(kinds)
         chosen = {key for key in present if self.decisions[key] == wanted}
         every = all(self.decisions[key] in (wanted, LEAVE) or wanted == PURGE
                     for key in present) and rng.random() < 0.3
         ids = self._ids(chosen)
         if not ids and not every:
-            return
+            return None
         if wanted == PURGE:
-            self._purge(ids, every)
-        else:
-            self._replay(ids, every and wanted == REPLAY, drop_expiry=wanted == DROP_EXPIRY)
+            way = self._way("purge")
+            return lambda: self._purge(ids, every, way)
+        way = self._way("replay")
+        return lambda: self._replay(ids, every and wanted == REPLAY,
+                                    drop_expiry=wanted == DROP_EXPIRY, way=way)
 
     def _present(self) -> dict[tuple[str, str, str], PoisonEntry]:
         """The Brief entries in ``t``'s poison queue now (read outside the faults)."""
         found: dict[tuple[str, str, str], PoisonEntry] = {}
         for body in self._storage.queues.bodies(self._bus.names.poison_queue(briefs.ENDPOINT)):
             with contextlib.suppress(ValueError, binascii.Error):
-                entry = PoisonEntry.decode(body)
+                entry = whole_entry(self._storage, body)
                 key = _entry_key(entry)
                 if key is not None and entry.envelope is not None \
                         and entry.envelope.message_type in briefs.TYPES:
@@ -156,12 +182,11 @@ class Console:
         for entry_id, body in self._storage.queues.listed(
                 self._bus.names.poison_queue(briefs.ENDPOINT)):
             with contextlib.suppress(ValueError, binascii.Error):
-                if _entry_key(PoisonEntry.decode(body)) in chosen:
+                if _entry_key(whole_entry(self._storage, body)) in chosen:
                     found.append(entry_id)
         return sorted(found)
 
-    def _replay(self, ids: list[str], every: bool, *, drop_expiry: bool) -> None:
-        way = self._way("replay")
+    def _replay(self, ids: list[str], every: bool, *, drop_expiry: bool, way: str) -> None:
         if way == "api":
             self._bus.poisoned(briefs.ENDPOINT).replay(None if every else set(ids),
                                                       drop_expiry=drop_expiry)
@@ -176,13 +201,12 @@ class Console:
                         endpoint=briefs.ENDPOINT, selection=models.ReplaySelection(
                             ids=ids, count=len(ids), drop_expiry=drop_expiry))
 
-    def _purge(self, ids: list[str], every: bool) -> None:
+    def _purge(self, ids: list[str], every: bool, way: str) -> None:
         """Purge the entries, recording the messages whose entries went (read before and
         after, outside the faults: only this operator removes Briefs' entries but by
         replaying)."""
         before = set(self._present())
         try:
-            way = self._way("purge")
             if way == "api":
                 self._bus.poisoned(briefs.ENDPOINT).purge(None if every else set(ids))
             elif way == "cli":
@@ -317,7 +341,7 @@ class Console:
         if self._sessions is None:
             return
         queue = self._bus.names.poison_queue(SESSIONS)
-        before = _tally_entries(self._storage.queues.bodies(queue))
+        before = _tally_entries(self._storage, self._storage.queues.bodies(queue))
         chosen = [key for key in before if self._world.rng.random() < 0.5]
         if not chosen:
             return
@@ -329,7 +353,7 @@ class Console:
             elif ids:
                 self._bus.poisoned(SESSIONS).purge(set(ids))
         finally:
-            after = _tally_entries(self._storage.queues.bodies(queue))
+            after = _tally_entries(self._storage, self._storage.queues.bodies(queue))
             self._sessions.purged.update(value for key, value in before.items()
                                          if key not in after)
 
@@ -395,13 +419,14 @@ Purged = tuple[str, tuple[str, str | None, int | None]]
 """A Tally's label, and its session, stream and number."""
 
 
-def _tally_entries(bodies: list[str]) -> dict[tuple[str, str, str], Purged]:
+def _tally_entries(storage: InMemoryStorage,
+                   bodies: list[str]) -> dict[tuple[str, str, str], Purged]:
     """The entries of Tallies their session explains (rejected, refused): key -> label,
     session, stream and number."""
     found: dict[tuple[str, str, str], Purged] = {}
     for body in bodies:
         with contextlib.suppress(ValueError, binascii.Error):
-            entry = PoisonEntry.decode(body)
+            entry = whole_entry(storage, body)
             key = _entry_key(entry)
             if key is not None and entry.envelope is not None and settled(entry) \
                     and entry.envelope.message_type == "Tally":

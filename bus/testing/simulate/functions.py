@@ -24,6 +24,7 @@ from bus.hosting.functions.trigger import QueueTrigger
 from bus.protocol.delivery import Handoff, Outcome
 from bus.protocol.poison.queue import PoisonEntry
 from bus.storage import QueueMessage, StorageError
+from bus.testing.simulate.entries import whole_entry
 from bus.testing.simulate.sessions import settled
 from bus.testing.simulate.world import Actor, World
 
@@ -274,7 +275,7 @@ class Operator:
         wanted = self._wanted.get(body)
         if wanted is None:
             try:
-                entry = PoisonEntry.decode(body)
+                entry = whole_entry(self._storage, body)
                 wanted = entry.entry_ref is not None or self._chosen(entry)
             except (ValueError, binascii.Error):
                 wanted = True

@@ -30,6 +30,7 @@ from bus.adapters.memory import InMemoryStorage
 from bus.protocol.outbox.slot import Outbox
 from bus.protocol.poison.queue import PoisonEntry
 from bus.protocol.sessions.order import SESSION_ROW, SessionRow, Waiting, decode, stream_key
+from bus.testing.simulate.entries import whole_entry
 from bus.testing.simulate.workload import SessionPlan
 
 ENDPOINT = "s"
@@ -109,12 +110,12 @@ def look(bus: Bus, storage: InMemoryStorage, plan: SessionPlan) -> Found:
 def _letters(bus: Bus, storage: InMemoryStorage) -> list[Letter]:
     letters: list[Letter] = []
     for body in storage.queues.bodies(bus.names.poison_queue(ENDPOINT)):
-        envelope = PoisonEntry.decode(body).envelope
+        envelope = whole_entry(storage, body).envelope
         if envelope is None or envelope.message_type != "Tally":
             continue
         payload = json.loads(envelope.payload or "{}")
         letters.append(Letter(str(payload["label"]), str(payload["session"]), envelope.stream,
-                              envelope.sequence, PoisonEntry.decode(body).reason))
+                              envelope.sequence, whole_entry(storage, body).reason))
     return letters
 
 

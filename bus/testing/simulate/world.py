@@ -110,6 +110,8 @@ class World:
         self.clock = START_TIME
         self.actors: list[Actor] = []
         self.ghosts: list[tuple[float, Callable[[], None]]] = []
+        self.deaths: list[str] = []
+        """Actors that died of an exception no host loop may die of (a violation each)."""
         self.counters = Counters()
         self.current: Actor | None = None
         self.steps = 0
@@ -228,6 +230,9 @@ class World:
                         self._yield()
             except Stop:
                 return
+            except Exception as exc:  # a bug: the run goes on without the actor, and fails
+                self.deaths.append(f"{actor.name} died: {type(exc).__name__}: {exc}"[:300])
+                actor.finished = True
 
         return live
 
