@@ -226,7 +226,8 @@ class Parts:
         outbox = self.outbox(endpoint.name)
         poisoning = self.poisoning(endpoint.name)
         admission = self.admission(
-            endpoint.name, EndpointRouting(endpoint, self.serializer, self.inbox.limits),
+            endpoint.name, EndpointRouting(endpoint, self.serializer, self.inbox.limits,
+                                      refuse_reserved=self.safeguards.refuse_reserved_keys),
             expire_early=not self.safeguards.expire_after_claim)
         handling = Handling(
             endpoint=endpoint, tables=self.observed.tables,

@@ -98,6 +98,10 @@ class Safeguards:
     settle_before_purge: bool = True
     """A purge first completes the unfinished record of the message whose entry it deletes:
     a handler that committed has its sends go out, though its token and entry go."""
+    refuse_reserved_keys: bool = True
+    """A receiver poisons a copy whose partition key starts with the bus's reserved prefix
+    (``~bus.``): the bus's own rows (the statistics' days, which maintenance deletes whole)
+    never share a partition with a handler's state."""
     reserve_record_growth: bool = True
     """A commit's check leaves room in its outbox record for what later passes add (an ETag
     per outgoing token, the attempt ids a helper pass supersedes): a record that passed never
@@ -154,6 +158,8 @@ BREAKS: dict[str, tuple[Safeguards, str]] = {
                                "after its commit, as if it were finished"),
     "duplicate-entries": (Safeguards(one_entry_per_token=False),
                           "the poison-queue tools keep every entry of a poisoned token"),
+    "admit-reserved-keys": (Safeguards(refuse_reserved_keys=False),
+                            "a receiver admits partition keys in the bus's reserved prefix"),
     "unreserved-growth": (Safeguards(reserve_record_growth=False),
                           "a commit's check takes the record as committed, with no room for "
                           "the ETags and superseded attempt ids later passes add"),

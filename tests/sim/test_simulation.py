@@ -22,6 +22,7 @@ import pytest
 from bus.protocol.safeguards import BREAKS, Safeguards
 from bus.testing.simulate import __main__ as simulate_cli
 from bus.testing.simulate import run_once
+from bus.testing.simulate.world import Actor, FaultProfile, World
 
 pytestmark = pytest.mark.sim
 
@@ -139,6 +140,19 @@ def test_runs_do_not_depend_on_the_wall_clock(monkeypatch: pytest.MonkeyPatch) -
         result = run_once(3)
         results.append((result.faults, result.steps, result.violations))
     assert results[0] == results[1]
+
+
+def test_an_actor_that_dies_of_an_exception_is_a_violation() -> None:
+    # A bug that escapes a worker, a host or the client must fail its run, not the process
+    # running the simulation (nor be lost with the actor).
+    world = World(1, FaultProfile())
+
+    def doomed() -> None:
+        raise ValueError("a bug")
+
+    world.spawn(Actor("doomed", doomed))
+    assert world.run(lambda: True, lambda: False, lambda: None, max_steps=100)
+    assert world.deaths == ["doomed died: ValueError: a bug"]
 
 
 def test_command_line_prints_a_json_summary_last() -> None:

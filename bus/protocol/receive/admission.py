@@ -223,10 +223,11 @@ class EndpointRouting:
     message type it handles; decoded into its route's contract, partition and reads."""
 
     def __init__(self, endpoint: Endpoint, serializer: Serializer,
-                 limits: StorageLimits) -> None:
+                 limits: StorageLimits, *, refuse_reserved: bool = True) -> None:
         self._endpoint = endpoint
         self._serializer = serializer
         self._limits = limits
+        self._refuse_reserved = refuse_reserved  # off only for the "admit-reserved-keys" break
 
     def refusal(self, envelope: Envelope) -> str | None:
         name = self._endpoint.name
@@ -252,7 +253,7 @@ class EndpointRouting:
             raise BadSignal(str(exc)) from exc
         except Exception as exc:
             raise BadSignal(f"the partition function raised {exc!r}") from exc
-        if partition.startswith(RESERVED_PARTITION_PREFIX):
+        if self._refuse_reserved and partition.startswith(RESERVED_PARTITION_PREFIX):
             raise BadSignal(f"partition key {partition[:80]!r} is reserved: keys starting with "
                             f"{RESERVED_PARTITION_PREFIX!r} name the bus's own partitions")
         return Admitted(envelope, route, message, partition,

@@ -53,6 +53,7 @@ from bus import (
 from bus.adapters.memory import InMemoryStorage
 from bus.middleware import SendNext
 from bus.naming import RESERVED_PARTITION_PREFIX
+from bus.observability.stats import day_partition
 from bus.protocol.poison.queue import PoisonEntry
 from bus.protocol.safeguards import Safeguards
 from bus.seams import Seams
@@ -60,6 +61,7 @@ from bus.storage.limits import AZURE
 from bus.testing.drain import drain
 from bus.testing.seamed import seamed_bus
 from bus.testing.simulate.entries import whole_entry
+from bus.testing.simulate.world import START_TIME
 
 ENDPOINT = "t"
 FOLLOWER = "u"
@@ -67,7 +69,10 @@ LONG_TTL = 30 * 24 * 3600.0
 """The follow-ups' time-to-live: given, never reached in a run."""
 WAYS = ("send", "send-delayed", "publish", "send_once", "publish_once", "send_once_many",
         "send_many")
-HOSTILE_KEYS = (f"{RESERVED_PARTITION_PREFIX}stats.20260101", f"{RESERVED_PARTITION_PREFIX}x",
+FORGOTTEN_DAY = day_partition(START_TIME - 8 * 24 * 3600)
+"""The statistics' day that maintenance deletes during a run (kept 7 days, then the day after
+is removed whole): a handler's state in that partition would go with it."""
+HOSTILE_KEYS = (FORGOTTEN_DAY, f"{RESERVED_PARTITION_PREFIX}x",
                 "a/b", "back\\slash", "hash#", "what?", "tab\tkey", "k" * 600)
 """Partition keys from hostile data: reserved, forbidden characters, over the 1 KiB limit."""
 ODD_KEYS = ("k0", "k1", "ключ", "key with spaces", "~tilde", "k" * 200)

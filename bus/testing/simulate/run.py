@@ -68,7 +68,7 @@ SETTINGS = Settings(
     pending_age_seconds=1.0,  # the sweeper meets records still being committed
     send_attempts=10_000,  # the client never gives up (a send that raises is not exactly-once)
     depth_check_seconds=0.2,
-    stats_flush_seconds=None,  # the operators' statistics: not part of the protocol
+    stats_flush_seconds=5.0,  # statistics kept (maintenance deletes old days: see briefs)
     peek_lease_seconds=20.0)  # scaled with the host copies' time-to-live (HOST_COPY_TTL)
 
 
