@@ -69,14 +69,13 @@ def maintenance_pass(bus: Bus, stalled_seconds: float = 300.0) -> MaintenanceRep
         report.ledger_forgotten = bus.parts.ledger.forget(bus.settings.ledger_retention_seconds)
     except Exception:
         _failed(report, "forgetting old send-ledger rows")
-    if bus.settings.stats_flush_seconds is not None:
-        for name in endpoints:
-            try:
-                report.stats_forgotten += stats.forget(
-                    bus.storage.tables, bus.names.state_table(name), bus.parts.clock(),
-                    bus.settings.stats_retention_days)
-            except Exception:
-                _failed(report, f"forgetting old statistics at {name}")
+    for name in endpoints:  # also when this app writes none now: old days still go
+        try:
+            report.stats_forgotten += stats.forget(
+                bus.storage.tables, bus.names.state_table(name), bus.parts.clock(),
+                bus.settings.stats_retention_days)
+        except Exception:
+            _failed(report, f"forgetting old statistics at {name}")
     return report
 
 

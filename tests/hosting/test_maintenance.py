@@ -3,8 +3,11 @@ and logged, the others still run)."""
 
 from __future__ import annotations
 
+from bus import Bus, Settings
 from bus.adapters.memory import Fault, NoFaults
 from bus.hosting.maintenance import maintenance_pass
+from bus.observability import stats
+from bus.storage import Entity
 from bus.testing import InMemoryStorage
 from tests.hosting.test_host_poisoned import build, host_moves_a_bundle
 
@@ -39,3 +42,14 @@ def test_a_pass_over_a_healthy_bus_reports_every_part() -> None:
     report = maintenance_pass(bus)
     assert report.adopted == {"ticks": 0} and report.recovered == {"ticks": 0}
     assert report.sweep is not None and report.failed == []
+
+
+def test_old_statistics_go_also_once_statistics_are_turned_off() -> None:
+    bus, _ = build(InMemoryStorage(), "m")
+    bus = Bus(bus.storage, list(bus.topology.endpoints.values()), prefix="m",
+              settings=Settings(stats_flush_seconds=None))
+    table = bus.names.state_table("ticks")
+    old_day = stats.day_partition(bus.parts.clock() - 8 * 86_400)
+    bus.storage.tables.replace(table, Entity(old_day, "0000000000~p", {"processed": 1}))
+    assert maintenance_pass(bus).stats_forgotten == 1
+    assert list(bus.storage.tables.query(table, old_day)) == []

@@ -77,3 +77,18 @@ def test_entries_of_a_message_processed_since_are_tidied_to_one() -> None:
     [kept] = bus.poisoned("desk").entries()
     assert kept.token is None and kept.entry.poisoned_at.timestamp() == 1.0
     assert bus.storage.queues.depth(bus.names.poison_queue("desk")) == 1
+
+
+def test_an_entry_kept_in_a_blob_and_sent_twice_is_one_entry() -> None:
+    """The same pointer to a whole entry in a blob, sent twice (a send retried after its answer
+    was lost): listed once, and purging it leaves no pointer to a blob that is gone."""
+    bus = build()
+    queue = bus.names.poison_queue("desk")
+    bus.parts.poison_queue("desk").put("x" * 70_000, reason="body is not a message",
+                                       dequeue_count=1, now=1.0)
+    [body] = bus.storage.queues.bodies(queue)  # type: ignore[attr-defined]
+    bus.storage.queues.send(queue, body)
+    [kept] = bus.poisoned("desk").entries()
+    assert kept.entry.entry_ref is not None
+    assert bus.poisoned("desk").purge({kept.id}) == [kept.id]
+    assert bus.poisoned("desk").entries() == []

@@ -159,8 +159,11 @@ class PoisonedMessages:
         leave one entry each. Only a token that is poisoned now (its poisoning landed, so the
         other entries are spare) or gone (its message processed or purged since: every entry
         is stale, one is kept to say so). An entry kept whole in a blob (it names no envelope
-        here) is left."""
+        here) is kept once: two alike to the byte are one entry sent twice (a send retried
+        after its answer was lost), and a replay or purge of one deletes the blob the other
+        points to."""
         by_token: dict[str, list[tuple[QueueMessage, PoisonEntry]]] = {}
+        by_body: dict[str, list[QueueMessage]] = {}
         seen: set[str] = set()
         for message in ours:
             if message.id in seen:  # received twice: its lease ran out while the pages came
@@ -172,7 +175,14 @@ class PoisonedMessages:
                 continue
             if entry.envelope is not None and entry.envelope.destination == self.endpoint:
                 by_token.setdefault(entry.envelope.attempt_id, []).append((message, entry))
+            elif entry.entry_ref is not None:
+                by_body.setdefault(message.body, []).append(message)
         spare: set[str] = set()
+        for twins in by_body.values():
+            for message in twins[1:]:
+                with contextlib.suppress(NotFound):
+                    self._queues.delete(self._poison, message)
+                spare.add(message.id)
         for attempt_id, group in by_token.items():
             if len(group) < 2 or verdict(self._inbox.read(self.endpoint, attempt_id)) \
                     not in (Verdict.POISONED, Verdict.CONSUMED):

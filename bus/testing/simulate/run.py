@@ -68,7 +68,8 @@ SETTINGS = Settings(
     pending_age_seconds=1.0,  # the sweeper meets records still being committed
     send_attempts=10_000,  # the client never gives up (a send that raises is not exactly-once)
     depth_check_seconds=0.2,
-    stats_flush_seconds=5.0,  # statistics kept (maintenance deletes old days: see briefs)
+    stats_flush_seconds=None,  # written on timer threads: none here (maintenance forgets old
+    # days all the same: see briefs.FORGOTTEN_DAY)
     peek_lease_seconds=20.0)  # scaled with the host copies' time-to-live (HOST_COPY_TTL)
 
 
@@ -134,7 +135,8 @@ def run_once(seed: int, safeguards: Safeguards | None = None,
     tallies = _client_tallies(plan, len(roots), once)
     clients = [Actor(f"client#{index}", _client(bus, world, client_roots[index::senders],
                                                 garbage if index == 0 else [], once=once,
-                                                tallies=tallies[index::senders]),
+                                                tallies=tallies[index::senders],
+                                                failed=plan.numbering_failed if plan else None),
                      crashable=once) for index in range(senders)]
     handoffs: list[Job] = []
     counts: Counter[str] = Counter()
@@ -447,7 +449,12 @@ def _statistics(buses: list[Bus]) -> Counter[str]:
 # -- actors -------------------------------------------------------------------------------------
 def _client(bus: Bus, world: World, roots: Sequence[int],
             garbage: list[tuple[str, Envelope | None]], *, once: bool,
-            tallies: Sequence[tuple[str, str]] = ()) -> Callable[[], None]:
+            tallies: Sequence[tuple[str, str]] = (),
+            failed: set[str] | None = None) -> Callable[[], None]:
+    """A client: its roots' Starts, its Tallies (noting in ``failed`` the sessions of those
+    whose numbered send raised a storage error), then the garbage."""
+    noted: set[str] = set() if failed is None else failed
+
     def send_all() -> None:
         for root in roots:
             pad = "x" * LARGE if world.rng.random() < 0.3 else ""
@@ -456,7 +463,7 @@ def _client(bus: Bus, world: World, roots: Sequence[int],
             else:
                 bus.send(Start(root=root, pad=pad), message_id=f"root{root}")
         for label, key in tallies:
-            _send_tally(bus, world, Tally(session=key, label=label), once)
+            _send_tally(bus, world, Tally(session=key, label=label), once, noted)
         for body, envelope in garbage:
             if envelope is not None:  # a well-formed envelope of an unknown type, with a token
                 _until_ok(world, lambda e=envelope: bus.parts.inbox.create(  # type: ignore[misc]
@@ -475,7 +482,7 @@ def _client_tallies(plan: SessionPlan | None, roots: int, once: bool) -> list[tu
     return list(plan.client_labels().items())
 
 
-def _send_tally(bus: Bus, world: World, tally: Tally, once: bool) -> None:
+def _send_tally(bus: Bus, world: World, tally: Tally, once: bool, failed: set[str]) -> None:
     """``send_once`` (not numbered: handled in arrival order), or ``send``, numbered in the
     client's stream and sent again when it raises: a failure of ``send`` here is one of the
     numbering (the client's sends never give up after it), so nothing was sent."""
@@ -485,7 +492,11 @@ def _send_tally(bus: Bus, world: World, tally: Tally, once: bool) -> None:
         return
 
     def send() -> None:
-        bus.send(tally, message_id=message_id)
+        try:
+            bus.send(tally, message_id=message_id)
+        except StorageError:  # its number may be lost (QueueFull: it took none)
+            failed.add(tally.session)
+            raise
 
     _until_ok(world, send)
 

@@ -109,6 +109,9 @@ class SessionPlan:
     """Sessions the operator asked to skip (recorded before it asks: the request may have
     taken effect even when it raised)."""
     closed_by_operator: set[str] = field(default_factory=set)
+    numbering_failed: set[str] = field(default_factory=set)
+    """Sessions one of whose numbered client sends raised a storage error: its number may be
+    lost (a gap in the client's stream). A send refused with QueueFull took none."""
     purged: dict[str, tuple[str, str | None, int | None]] = field(default_factory=dict)
     """The Tallies whose poison entries the operator purged: label -> session, stream and
     number."""
