@@ -11,10 +11,10 @@ the limits: a few hundred bytes either side of what a queue message carries inli
 large enough for a blob. ``t``'s handler reads what its context offers, writes, reads and
 deletes state, and sends one follow-up per Brief to ``u`` with the Brief's payload (a command
 with ``to=``, or an event, each with options) - or, for some, a fan-out of follow-ups whose
-outbox record is within a few bytes a copy of the most a record holds; ``u`` is bounded in
-some runs (back-pressure keeps ``t``'s records waiting to send).
+outbox record is within a few bytes a copy of the most a record holds (or a little past it);
+``u`` is bounded in some runs (back-pressure keeps ``t``'s records waiting to send).
 
-The operator's side (``bus.testing.simulate.surface_operator``) replays, replays without the
+The operator's side (``bus.testing.simulate.console``) replays, replays without the
 time-to-live, purges or leaves ``t``'s poison entries, through the Python API, the command
 line and the dashboard's routes. Once a run has quiesced, per Brief (``check``):
 
@@ -89,7 +89,8 @@ message carries inline (the envelope around it takes about 450)."""
 BLOB_PAD = 50_000
 FAN_OUTS = (4, 12)
 """How many follow-ups a fan-out Brief's handler sends (each with a payload that fills the
-record to within a few bytes a copy of its limit)."""
+record to within a few bytes a copy of its limit, or past it by less than the room a commit
+keeps for what later passes add)."""
 
 
 class Brief(Command):

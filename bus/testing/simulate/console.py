@@ -140,11 +140,12 @@ class Console:
         rng = self._world.rng
         present = self._present()
         for key, entry in present.items():
-            if key not in self.decisions or (self.decisions[key] == LEAVE
-                                             and self._stale(entry)):
+            fresh = key not in self.decisions
+            if fresh or (self.decisions[key] == LEAVE and self._stale(entry)):
+                # A stale entry (its message processed since) is replayed or purged, not left.
                 self.decisions[key] = (_decide(entry, rng.random()) if not self._stale(entry)
                                        else REPLAY if rng.random() < 0.5 else PURGE)
-                if (entry.exception or "").startswith("AssertionError"):
+                if fresh and (entry.exception or "").startswith("AssertionError"):
                     self._plan.failed_checks.append(entry.exception or "")
         kinds = sorted({self.decisions[key] for key in present} - {LEAVE})
         if not kinds:

@@ -149,7 +149,11 @@ def test_an_id_typed_while_the_page_loads_is_kept(page: Page, readonly: Server,
                                                   shop: Shop) -> None:
     # The page loads its settings first; an id typed meanwhile must survive that load.
     held: list[Route] = []
-    page.route("**/api/settings", lambda route: held.append(route))
+
+    def hold(route: Route) -> None:  # a bound method will not do: Playwright tags the handler
+        held.append(route)
+
+    page.route("**/api/settings", hold)
     page.goto(readonly.url + "/conversation")
     page.get_by_test_id("conversation-id").fill(shop.conversation)
     page.wait_for_function("() => true")  # let the held settings requests reach us
