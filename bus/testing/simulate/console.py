@@ -205,8 +205,9 @@ class Console:
     def _purge(self, ids: list[str], every: bool, way: str) -> None:
         """Purge the entries, recording the messages whose entries went (read before and
         after, outside the faults: only this operator removes Briefs' entries but by
-        replaying)."""
-        before = set(self._present())
+        replaying) or whose tokens did (a purge that failed after it deleted a token leaves
+        the entry, which a replay later removes as stale)."""
+        before = self._present()
         try:
             if way == "api":
                 self._bus.poisoned(briefs.ENDPOINT).purge(None if every else set(ids))
@@ -221,7 +222,9 @@ class Console:
                             selection=models.Selection(ids=ids, count=len(ids)))
         finally:
             assert self._plan is not None
-            self._plan.purged.update(key[0] for key in before - set(self._present()))
+            after = self._present()
+            self._plan.purged.update(key[0] for key, entry in before.items()
+                                     if key not in after or self._stale(entry))
 
     def _pause(self) -> None:
         rng = self._world.rng
