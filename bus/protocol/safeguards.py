@@ -98,10 +98,6 @@ class Safeguards:
     settle_before_purge: bool = True
     """A purge first completes the unfinished record of the message whose entry it deletes:
     a handler that committed has its sends go out, though its token and entry go."""
-    room_before_numbers: bool = True
-    """A client send looks at its destinations' room before it numbers a copy in its stream:
-    one refused for a full queue (QueueFull) takes no number, so it leaves no gap that would
-    hold its session up at an endpoint that blocks."""
     refuse_reserved_keys: bool = True
     """A receiver poisons a copy whose partition key starts with the bus's reserved prefix
     (``~bus.``): the bus's own rows (the statistics' days, which maintenance deletes whole)
@@ -162,8 +158,6 @@ BREAKS: dict[str, tuple[Safeguards, str]] = {
                                "after its commit, as if it were finished"),
     "duplicate-entries": (Safeguards(one_entry_per_token=False),
                           "the poison-queue tools keep every entry of a poisoned token"),
-    "numbers-before-room": (Safeguards(room_before_numbers=False),
-                            "a client send numbers its copies, then finds the queue full"),
     "admit-reserved-keys": (Safeguards(refuse_reserved_keys=False),
                             "a receiver admits partition keys in the bus's reserved prefix"),
     "unreserved-growth": (Safeguards(reserve_record_growth=False),

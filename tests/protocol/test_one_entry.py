@@ -7,6 +7,7 @@ from __future__ import annotations
 from bus import Bus, Command, Context, Endpoint
 from bus.envelope import decode_signal
 from bus.protocol.delivery import Outcome
+from bus.protocol.poison.queue import PoisonEntry
 from bus.retry import Reject
 from bus.testing import InMemoryStorage
 
@@ -92,3 +93,18 @@ def test_an_entry_kept_in_a_blob_and_sent_twice_is_one_entry() -> None:
     assert kept.entry.entry_ref is not None
     assert bus.poisoned("desk").purge({kept.id}) == [kept.id]
     assert bus.poisoned("desk").entries() == []
+
+
+def test_a_pointer_to_a_whole_entry_that_is_gone_is_tidied() -> None:
+    """Its twin was replayed or purged (deleting the blob) while another reader's lease hid
+    this one: nothing is left to replay, and the pointer goes at the next listing."""
+    bus = build()
+    queue = bus.names.poison_queue("desk")
+    bus.parts.poison_queue("desk").put("x" * 70_000, reason="body is not a message",
+                                       dequeue_count=1, now=1.0)
+    [body] = bus.storage.queues.bodies(queue)  # type: ignore[attr-defined]
+    ref = PoisonEntry.decode(body).entry_ref
+    assert ref is not None
+    bus.storage.blobs.delete(ref.container, ref.blob)
+    assert bus.poisoned("desk").entries() == []
+    assert bus.storage.queues.depth(queue) == 0

@@ -161,7 +161,8 @@ class PoisonedMessages:
         is stale, one is kept to say so). An entry kept whole in a blob (it names no envelope
         here) is kept once: two alike to the byte are one entry sent twice (a send retried
         after its answer was lost), and a replay or purge of one deletes the blob the other
-        points to."""
+        points to - a pointer left to a blob so deleted (its twin was hidden by another
+        reader's lease when it went) goes too."""
         by_token: dict[str, list[tuple[QueueMessage, PoisonEntry]]] = {}
         by_body: dict[str, list[QueueMessage]] = {}
         seen: set[str] = set()
@@ -179,7 +180,8 @@ class PoisonedMessages:
                 by_body.setdefault(message.body, []).append(message)
         spare: set[str] = set()
         for twins in by_body.values():
-            for message in twins[1:]:
+            gone = self._writer.gone(PoisonEntry.decode(twins[0].body))
+            for message in twins if gone else twins[1:]:
                 with contextlib.suppress(NotFound):
                     self._queues.delete(self._poison, message)
                 spare.add(message.id)

@@ -110,6 +110,19 @@ class PoisonQueue:
                 "reason": f"{entry.reason} (the whole entry, in blob {ref.blob}, is gone)"})
         return PoisonEntry.decode(data.decode("ascii")).model_copy(update={"entry_ref": ref})
 
+    def gone(self, entry: PoisonEntry) -> bool:
+        """Whether ``entry`` points to a whole entry of this queue's whose blob is gone: the
+        entry it pointed to was replayed or purged through a twin (the pointer sent twice),
+        and nothing is left to replay. A pointer elsewhere is not this queue's to judge."""
+        ref = entry.entry_ref
+        if ref is None or not self._ours(ref):
+            return False
+        try:
+            self._blobs.read(ref.container, ref.blob, max_bytes=0)
+        except NotFound:
+            return True
+        return False
+
     def discard(self, entry: PoisonEntry) -> None:
         """Delete the blob an entry was kept in, if any (after its queue entry is gone)."""
         if entry.entry_ref is not None and self._ours(entry.entry_ref):

@@ -31,10 +31,11 @@ line and the dashboard's routes. Once a run has quiesced, per Brief (``check``):
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import random
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,9 +52,12 @@ from bus import (
     RetryPolicy,
 )
 from bus.adapters.memory import InMemoryStorage
+from bus.envelope import Envelope
 from bus.middleware import SendNext
 from bus.naming import RESERVED_PARTITION_PREFIX
 from bus.observability.stats import day_partition
+from bus.protocol.delivery import Outcome
+from bus.protocol.poison.poisoning import Poisoning
 from bus.protocol.poison.queue import PoisonEntry
 from bus.protocol.safeguards import Safeguards
 from bus.seams import Seams
@@ -135,6 +139,9 @@ class BriefPlan:
     message_ids: dict[int, str] = field(default_factory=dict)
     purged: set[str] = field(default_factory=set)
     """Message ids whose poison entries a purge removed."""
+    expired_after_commit: list[str] = field(default_factory=list)
+    """Briefs whose copy was poisoned as expired after their handler had committed (seen as
+    it happened, by ``watching_expiry``)."""
     failed_checks: list[str] = field(default_factory=list)
     """The exceptions of entries whose handler's own assertion failed (seen by the operator,
     whatever it then did with the entry)."""
@@ -173,6 +180,37 @@ class BriefPlan:
         if size == "near-inline":
             return "x" * rng.randint(*INLINE_PADS)
         return ""
+
+
+@contextlib.contextmanager
+def watching_expiry(bus: Bus, storage: InMemoryStorage, plan: BriefPlan) -> Iterator[None]:
+    """While a run lasts, note each Brief's copy poisoned as expired after its handler had
+    committed (its effect at ``t`` written, read outside the faults, before the poisoning
+    was asked): the entry would say ``expired`` for a handler that ran. Judged as it happens:
+    an entry written before the commit may land later (a write that timed out), and a
+    replay may remove one written after."""
+    original = Poisoning.expired
+
+    def expired(self: Poisoning, body: str, envelope: Envelope, *rest: Any) -> Outcome:
+        committed = self.endpoint == ENDPOINT and _committed(bus, storage, plan,
+                                                             envelope.message_id)
+        outcome = original(self, body, envelope, *rest)
+        if committed and outcome is Outcome.EXPIRED:
+            plan.expired_after_commit.append(envelope.message_id)
+        return outcome
+
+    Poisoning.expired = expired  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        Poisoning.expired = original  # type: ignore[method-assign]
+
+
+def _committed(bus: Bus, storage: InMemoryStorage, plan: BriefPlan, message_id: str) -> bool:
+    numbers = [n for n, sent in plan.message_ids.items() if sent == message_id]
+    return bool(numbers) and any(
+        row.row_key.startswith(f"brief.{numbers[0]}.")
+        for row in storage.tables.rows(bus.names.state_table(ENDPOINT)))
 
 
 class Stamp(Middleware):
@@ -399,6 +437,8 @@ def check(bus: Bus, storage: InMemoryStorage, plan: BriefPlan) -> list[str]:
             left.setdefault(entry.envelope.message_id, []).append(
                 f"{entry.reason} ({entry.exception or ''})")
     violations = [f"a handler's check failed: {failure}" for failure in plan.failed_checks]
+    violations += [f"{message_id} was poisoned as expired after its handler committed"
+                   for message_id in sorted(set(plan.expired_after_commit))]
     for n, message_id in sorted(plan.message_ids.items()):
         copies = plan.fan_outs.get(n, (1, 0))[0]
         handled = effects[(ENDPOINT, n, 0)]

@@ -168,9 +168,12 @@ def run_once(seed: int, safeguards: Safeguards | None = None,
         return storage.queues.expire_lease(lambda ids: world.rng.randrange(len(ids)))
 
     budget = MAX_STEPS * (3 if settings.max_delivery_count <= 3 else 1)
-    settled = world.run(watch.quiescent, expire_lease, storage.queues.next_visible_at, budget)
-    pending = [] if settled else list(itertools.islice(watch.still_to_do(), 5))
-    world.stop()
+    with (briefs.watching_expiry(bus, storage, plan_briefs) if plan_briefs is not None
+          else contextlib.nullcontext()):
+        settled = world.run(watch.quiescent, expire_lease, storage.queues.next_visible_at,
+                            budget)
+        pending = [] if settled else list(itertools.islice(watch.still_to_do(), 5))
+        world.stop()
     return _outcome(seed, world, bus, buses=buses, settled=settled, roots=len(roots),
                     garbage=[body for body, _ in garbage], counts=counts, releases=releases,
                     checkpoint=checkpoint if with_spark else None, noted=knobs.noted,
