@@ -24,7 +24,9 @@ line and the dashboard's routes. Once a run has quiesced, per Brief (``check``):
 3. if its handler never committed, the operator purged it, or its entry is left in the poison
    queue for a reason replaying cannot cure (expired, a partition key the bus refuses, a
    fan-out a few bytes over what a record holds);
-4. no entry left says ``expired`` for a Brief whose handler ran;
+4. no copy of a Brief is poisoned as expired once its handler committed (judged as it
+   happens: ``watching_expiry``), and no entry left says ``expired`` for a Brief whose
+   handler ran;
 5. no handler's own check failed (a deleted row that came back, a send the middleware did not
    stamp): an entry with such an exception, even one the operator then purged, is a violation.
 """
