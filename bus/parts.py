@@ -225,10 +225,10 @@ class Parts:
     def _build_receiver(self, endpoint: Endpoint) -> Receiver:
         outbox = self.outbox(endpoint.name)
         poisoning = self.poisoning(endpoint.name)
-        admission = self.admission(
-            endpoint.name, EndpointRouting(endpoint, self.serializer, self.inbox.limits,
-                                      refuse_reserved=self.safeguards.refuse_reserved_keys),
-            expire_early=not self.safeguards.expire_after_claim)
+        routing = EndpointRouting(endpoint, self.serializer, self.inbox.limits,
+                                  refuse_reserved=self.safeguards.refuse_reserved_keys)
+        admission = self.admission(endpoint.name, routing,
+                                   expire_early=not self.safeguards.expire_after_claim)
         handling = Handling(
             endpoint=endpoint, tables=self.observed.tables,
             state_table=self.names.state_table(endpoint.name),

@@ -164,7 +164,7 @@ class PoisonedMessages:
         points to - a pointer left to a blob so deleted (its twin was hidden by another
         reader's lease when it went) goes too."""
         by_token: dict[str, list[tuple[QueueMessage, PoisonEntry]]] = {}
-        by_body: dict[str, list[QueueMessage]] = {}
+        by_body: dict[str, list[tuple[QueueMessage, PoisonEntry]]] = {}
         seen: set[str] = set()
         for message in ours:
             if message.id in seen:  # received twice: its lease ran out while the pages came
@@ -177,11 +177,11 @@ class PoisonedMessages:
             if entry.envelope is not None and entry.envelope.destination == self.endpoint:
                 by_token.setdefault(entry.envelope.attempt_id, []).append((message, entry))
             elif entry.entry_ref is not None:
-                by_body.setdefault(message.body, []).append(message)
+                by_body.setdefault(message.body, []).append((message, entry))
         spare: set[str] = set()
         for twins in by_body.values():
-            gone = self._writer.gone(PoisonEntry.decode(twins[0].body))
-            for message in twins if gone else twins[1:]:
+            gone = self._writer.gone(twins[0][1])
+            for message, _ in twins if gone else twins[1:]:
                 with contextlib.suppress(NotFound):
                     self._queues.delete(self._poison, message)
                 spare.add(message.id)
