@@ -87,12 +87,17 @@ def replay_command(endpoint: str, entry_ids: tuple[str, ...], every: bool, drop_
                    app: str) -> None:
     """Put entries back on ENDPOINT's queue; each message's effect still happens once."""
     wanted = _ids(entry_ids, every)
-    results = _poison_queue(app, endpoint).replay(wanted, drop_expiry=drop_expiry)
+    poisoned = _poison_queue(app, endpoint)
+    results = poisoned.replay(wanted, drop_expiry=drop_expiry)
     for entry_id, result in results.items():
         click.echo(f"{entry_id}  {result.value}")
     missing = sorted((wanted or set()) - set(results))
     for entry_id in missing:
         click.echo(f"{entry_id}  not found", err=True)
+    if missing:  # reading leases entries (a failed read leaves its lease on): say so
+        click.echo("(replayed or purged since, or held by another reader of the poison "
+                   f"queue: held entries show again within {poisoned.peek_lease:g} s)",
+                   err=True)
     click.echo(f"{sum(r.value in ('replayed', 'resent') for r in results.values())} "
                f"replayed, {len(results)} looked at")
     if missing:

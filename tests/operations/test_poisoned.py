@@ -237,6 +237,7 @@ def _run_dlq_commands(bus: Bus) -> None:
     assert drain(bus).total() == {"processed": 1} and charged(bus, "o5") == 1
     missing = runner.invoke(main, ["dlq", "replay", "payments", "nope", *app])
     assert missing.exit_code == 1 and "nope  not found" in missing.output
+    assert "held entries show again within 60 s" in missing.output  # the peek lease
     dlq_app.FAILING["on"] = True
     poisoned(bus, "o6")
     purged = runner.invoke(main, ["dlq", "purge", "payments", "--all", "--yes", *app])

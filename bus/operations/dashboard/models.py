@@ -147,7 +147,8 @@ class ReplayResult(BaseModel):
     """Entry id -> replayed, resent, stale, not a message, mismatched."""
     replayed: int
     missing: list[str]
-    """Ids not found in the poison queue (replayed or purged meanwhile)."""
+    """Ids not found in the poison queue (replayed or purged meanwhile, or held by another
+    reader: ``Settings.peek_lease_seconds``)."""
 
 
 class PurgeResult(BaseModel):

@@ -127,7 +127,9 @@ class PoisonedMessages:
         self._inbox = inbox
         self._payloads = payloads
         self._clock = clock
-        self._peek_lease = peek_lease  # entries are leased this long while read, then released
+        self.peek_lease = peek_lease
+        """Seconds an entry stays hidden from other readers while it is read (a read that
+        fails before it releases its entries leaves them hidden that long)."""
         self._writer = PoisonQueue(queues, self._poison, endpoint, blobs=payloads.blobs,
                                    container=payloads.container, new_id=new_id)
 
@@ -140,7 +142,7 @@ class PoisonedMessages:
         ours: list[QueueMessage] = []
         try:
             while page := self._queues.receive(self._poison, max_messages=_PAGE,
-                                               lease=self._peek_lease):
+                                               lease=self.peek_lease):
                 for message in page:
                     if self._ours(message):
                         ours.append(message)
@@ -357,7 +359,7 @@ class PoisonedMessages:
         self.adopt()
         messages: list[QueueMessage] = []
         while True:
-            page = self._queues.receive(self._poison, max_messages=_PAGE, lease=self._peek_lease)
+            page = self._queues.receive(self._poison, max_messages=_PAGE, lease=self.peek_lease)
             if not page:
                 break
             messages.extend(page)

@@ -24,6 +24,7 @@ import sys
 import types
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -70,6 +71,7 @@ class Console:
         self.decisions: dict[tuple[str, str, str], str] = {}
         self._turns: dict[str, int] = {}
         self._api = _dashboard_routes(bus, world)
+        self._peek_lease = bus.parts.settings.peek_lease_seconds
         app = types.ModuleType(APP_MODULE)
         app.bus = bus  # type: ignore[attr-defined]
         sys.modules[APP_MODULE] = app
@@ -101,13 +103,17 @@ class Console:
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> None:
         rng = self._world.rng
-        unfinished: Callable[[], None] | None = None
+        unfinished: _Step | None = None
         while True:
-            self._world.sleep(rng.uniform(0.5, 3.0))
             # A replay or purge that kept failing is run again, as it was, before anything
             # else: an operator whose command failed runs it again (a replay stopped between
-            # reviving a token and sending its signal leaves the token live with no signal).
-            step = unfinished
+            # reviving a token and sending its signal leaves the token live with no signal) -
+            # after the peek lease, when it failed three times (a read that failed half-way
+            # hides the entries it leased), and not once every entry it names is gone (its
+            # last act is deleting an entry: it did its work, and failed after).
+            self._world.sleep(rng.uniform(0.5, 3.0) if unfinished is None
+                              else rng.uniform(1.0, 1.5) * self._peek_lease)
+            step = unfinished if unfinished is not None and not self._done(unfinished) else None
             action = rng.choice((self._entries, self._entries, self._pause, self._read,
                                  self._read, self._session_at_random, self._purge_tallies))
             for _ in range(3):  # what failed is tried again soon, as an operator would
@@ -117,12 +123,21 @@ class Console:
                         if step is None:
                             step = action()
                         if step is not None:
-                            step()
+                            step.run()
                     step = None
                     break
                 except (StorageError, BusError, click.ClickException, SystemExit, _Refused):
                     self._world.sleep(0.2)
             unfinished = step
+
+    def _done(self, step: _Step) -> bool:
+        """Whether none of the entries ``step`` names is in ``t``'s poison queue any more (a
+        command for every entry is never done so: it runs until it succeeds)."""
+        if step.every:
+            return False
+        listed = {entry_id for entry_id, _ in self._storage.queues.listed(
+            self._bus.names.poison_queue(briefs.ENDPOINT))}
+        return not listed.intersection(step.ids)
 
     def _way(self, kind: str) -> str:
         """The way in for this ``kind`` of action: the next of the three, from a random one."""
@@ -132,7 +147,7 @@ class Console:
         way = WAYS[self._turns[kind] % len(WAYS)]
         return "api" if way == "dashboard" and self._api is None else way
 
-    def _entries(self) -> Callable[[], None] | None:
+    def _entries(self) -> _Step | None:
         """Decide what becomes of each new entry at ``t``; the command that does one kind of
         it (to run, and to run again as it is if it fails)."""
         if self._plan is None:
@@ -159,10 +174,10 @@ class Console:
             return None
         if wanted == PURGE:
             way = self._way("purge")
-            return lambda: self._purge(ids, every, way)
-        way = self._way("replay")
-        return lambda: self._replay(ids, every and wanted == REPLAY,
-                                    drop_expiry=wanted == DROP_EXPIRY, way=way)
+            return _Step(lambda: self._purge(ids, every, way), ids, every)
+        way, every = self._way("replay"), every and wanted == REPLAY
+        return _Step(lambda: self._replay(ids, every, drop_expiry=wanted == DROP_EXPIRY,
+                                          way=way), ids, every)
 
     def _present(self) -> dict[tuple[str, str, str], PoisonEntry]:
         """The Brief entries in ``t``'s poison queue now (read outside the faults)."""
@@ -413,6 +428,16 @@ class Console:
             return self._api[(method, path)](**arguments)
         except HTTPException as exc:
             raise _Refused(str(exc.detail)) from exc
+
+
+@dataclass(frozen=True)
+class _Step:
+    """A command the operator runs, and runs again as it is while it fails: what it does,
+    the entries it names and whether it is for every entry (``--all``)."""
+
+    run: Callable[[], None]
+    ids: list[str]
+    every: bool
 
 
 class _Refused(Exception):
