@@ -71,7 +71,6 @@ class Console:
         self.decisions: dict[tuple[str, str, str], str] = {}
         self._turns: dict[str, int] = {}
         self._api = _dashboard_routes(bus, world)
-        self._peek_lease = bus.parts.settings.peek_lease_seconds
         app = types.ModuleType(APP_MODULE)
         app.bus = bus  # type: ignore[attr-defined]
         sys.modules[APP_MODULE] = app
@@ -108,11 +107,10 @@ class Console:
             # A replay or purge that kept failing is run again, as it was, before anything
             # else: an operator whose command failed runs it again (a replay stopped between
             # reviving a token and sending its signal leaves the token live with no signal) -
-            # after the peek lease, when it failed three times (a read that failed half-way
-            # hides the entries it leased), and not once every entry it names is gone (its
-            # last act is deleting an entry: it did its work, and failed after).
-            self._world.sleep(rng.uniform(0.5, 3.0) if unfinished is None
-                              else rng.uniform(1.0, 1.5) * self._peek_lease)
+            # but not once every entry it names is gone: its last act is deleting an entry,
+            # so it did its work and failed after (a replay whose answer was lost), and run
+            # again it would only ever find nothing.
+            self._world.sleep(rng.uniform(0.5, 3.0))
             step = unfinished if unfinished is not None and not self._done(unfinished) else None
             action = rng.choice((self._entries, self._entries, self._pause, self._read,
                                  self._read, self._session_at_random, self._purge_tallies))
