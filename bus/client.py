@@ -58,8 +58,9 @@ class Client:
 
         def token_and_signal(out: Outgoing) -> None:
             # Room first, then numbers: a send refused for a full queue takes none.
-            self.parts.sender.send(self._envelopes(out, correlation_id, room_checked=True),
-                                   room_checked=True)
+            first = self.parts.safeguards.room_before_numbers
+            self.parts.sender.send(self._envelopes(out, correlation_id, room_checked=first),
+                                   room_checked=first)
 
         with _provisioned(), self._sending_span(outgoing, correlation_id):
             self._through_middleware(outgoing, token_and_signal)

@@ -95,9 +95,17 @@ class Safeguards:
     """A receiver judges a copy's time-to-live after its claim: a copy whose handler committed
     already (its sends waiting for room, say) has its record completed, never poisoned as
     expired (a Spark read, which commits nothing, still expires copies early)."""
+    recheck_before_expiry: bool = True
+    """Before it poisons a copy as expired, the receiver reads the partition's slot again:
+    another copy of the message may have committed it while this one read its token (the
+    slot read first), and is then completed instead (one more read, for expired copies only)."""
     settle_before_purge: bool = True
     """A purge first completes the unfinished record of the message whose entry it deletes:
     a handler that committed has its sends go out, though its token and entry go."""
+    room_before_numbers: bool = True
+    """A client send looks at its destinations' room before it numbers a copy in its stream:
+    one refused for a full queue (QueueFull) takes no number, so it leaves no gap that would
+    hold its session up at an endpoint that blocks."""
     refuse_reserved_keys: bool = True
     """A receiver poisons a copy whose partition key starts with the bus's reserved prefix
     (``~bus.``): the bus's own rows (the statistics' days, which maintenance deletes whole)
@@ -158,6 +166,8 @@ BREAKS: dict[str, tuple[Safeguards, str]] = {
                                "after its commit, as if it were finished"),
     "duplicate-entries": (Safeguards(one_entry_per_token=False),
                           "the poison-queue tools keep every entry of a poisoned token"),
+    "numbers-before-room": (Safeguards(room_before_numbers=False),
+                            "a client send numbers its copies, then finds the queue full"),
     "admit-reserved-keys": (Safeguards(refuse_reserved_keys=False),
                             "a receiver admits partition keys in the bus's reserved prefix"),
     "unreserved-growth": (Safeguards(reserve_record_growth=False),
@@ -166,6 +176,9 @@ BREAKS: dict[str, tuple[Safeguards, str]] = {
     "expire-before-claim": (Safeguards(expire_after_claim=False),
                             "a receiver poisons an expired copy before its claim, whether or "
                             "not its handler committed"),
+    "expire-on-stale-slot": (Safeguards(recheck_before_expiry=False),
+                             "a receiver poisons an expired copy on the slot it read before "
+                             "the token, though another copy may have committed it since"),
     "purge-unsettled": (Safeguards(settle_before_purge=False),
                         "a purge deletes a message's token without completing its unfinished "
                         "record"),

@@ -105,3 +105,49 @@ def test_purging_a_committed_message_completes_its_record_or_keeps_the_entry(
     assert poisoned.refusals == {}
     drain(bus, fail_fast=False)
     assert sorted(rung) == ["first", "r1"]  # the committed handler's Notify was sent
+
+
+def test_a_copy_committed_while_another_reads_its_token_is_not_poisoned_as_expired(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two copies of one message, in two processes whose clocks differ: the late process reads
+    the partition's slot (nothing yet), and while it reads the token the other process
+    commits the message (its Notify waits for room: the token stays live). Poisoning the late
+    copy as expired on the slot it read first would call a committed message expired; it
+    reads the slot again and completes the record instead."""
+    early, late = Clock(), Clock()
+    late.t += 61
+    desk, bell = Endpoint("desk"), Endpoint("bell", max_queue_depth=1)
+
+    @desk.handles(Relay, partition=lambda m: m.ref)
+    def relay(message: Relay, ctx: Context) -> None:
+        ctx.state.put("relayed", {"ref": message.ref})
+        ctx.send(Notify(ref=message.ref))
+
+    @bell.handles(Notify, partition=lambda m: m.ref)
+    def notify(message: Notify, ctx: Context) -> None:
+        return None
+
+    storage = InMemoryStorage()
+    settings = Settings(depth_check_seconds=0)
+    first = seamed_bus(Seams(clock=early), storage, [desk, bell], settings=settings)
+    second = seamed_bus(Seams(clock=late), storage, [desk, bell], settings=settings)
+    first.provision()
+    first.send(Notify(ref="first"))  # the bell's queue is full
+    first.send(Relay(ref="r1"), ttl=60)
+    queue = first.names.queue("desk")
+    [signal] = storage.queues.receive(queue, max_messages=1, lease=0)
+    storage.queues.send(queue, signal.body)  # a second copy of it (a duplicate signal)
+
+    read_many = second.parts.inbox.read_many
+    meanwhile = {"done": False}
+
+    def while_the_token_is_read(endpoint: str, keys: list[str]) -> object:
+        if not meanwhile["done"]:  # the other process, with the other copy, commits it
+            meanwhile["done"] = True
+            assert Worker(first, "desk", retry_delay=0, batch_size=1).poll_once()
+        return read_many(endpoint, keys)
+
+    monkeypatch.setattr(second.parts.inbox, "read_many", while_the_token_is_read)
+    Worker(second, "desk", retry_delay=0, batch_size=1).poll_once()
+    assert meanwhile["done"] and first.read_state("desk", "r1", "relayed") == {"ref": "r1"}
+    assert [letter.entry.reason for letter in first.poisoned("desk").entries()] == []

@@ -35,9 +35,11 @@ FAILING_SEED = {
     "drop-presumed-orphans": 1,
     "duplicate-entries": 19,
     "expire-before-claim": 5,
+    "expire-on-stale-slot": 279,
     "forget-sent": 3,
     "keep-failed-reads": 5,
     "mark-apart": 33,
+    "numbers-before-room": 194,
     "payload-before-token": 69,
     "poisoned-ends-deferral": 27,
     "purge-unsettled": 76,
@@ -48,7 +50,7 @@ FAILING_SEED = {
     "reuse-send-ids": 78,
     "session-apart": 2,
     "settle-before-stage": 56,
-    "settle-reads-early": 7,
+    "settle-reads-early": 8,
     "skip-claim-cas": 2,
     "skip-confirm": 1,
     "skip-fence-superseded": 2,
@@ -57,8 +59,8 @@ FAILING_SEED = {
     "skip-sequence-check": 2,
     "skip-token-check": 1,
     "skip-unfinished-commits": 35,
-    "split-claim-read": 54,
-    "steps-by-message-id": 122,
+    "split-claim-read": 41,
+    "steps-by-message-id": 14,
     "unmarked-sends": 5,
     "unreserved-growth": 4,
 }
@@ -94,7 +96,8 @@ def test_the_protocol_holds_on_the_commits_seeds(commit_seeds: range) -> None:
                            "python -m bus.testing.simulate --runs 1 --seed S")
 
 
-SLOW_BREAKS = {"payload-before-token", "purge-unsettled", "skip-token-check", "unreserved-growth"}
+SLOW_BREAKS = {"payload-before-token", "purge-unsettled", "skip-token-check", "steps-by-message-id",
+               "unreserved-growth"}
 """Breaks whose known seed fails only after 10 s to 90 s (most by not quiescing): checked by
 ``make test`` (``sim_long``), not in the developer's loop."""
 

@@ -326,6 +326,9 @@ class Receiver:
             return Delivery(outcome)
         expiry = expired(d.envelope, self._admission.now())
         if expiry is not None:  # not committed: R3 completed any record of it, consuming it
+            if self._slot_moved(slot):  # unless a copy committed it since R3 read the slot
+                self._slots.forget(slot.partition)
+                return None
             return Delivery(self.poisoning.expired(item.body, d.envelope, expiry,
                                                    item.dequeue_count, item.ack))
         prepared = self._handling.run(d, slot, item, token)
@@ -427,6 +430,13 @@ class Receiver:
         return slot.record is not None and not finished(
             slot.record, tokens.get(slot.record.attempt_id),
             poisoned_ends=not self._safeguards.apply_poisoned_deferral)
+
+    def _slot_moved(self, slot: Slot) -> bool:
+        """Whether the partition's slot changed since ``slot`` was read (or remembered): a
+        commit landed meanwhile - perhaps of this very message, by another copy of it."""
+        if not self._safeguards.recheck_before_expiry:
+            return False  # the "expire-on-stale-slot" break
+        return self._outbox.load(slot.partition).etag != slot.etag
 
     def _check_token(self, d: Admitted, token: Token | None) -> Outcome | None:
         """None when the copy may be processed; otherwise why not."""

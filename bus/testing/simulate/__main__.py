@@ -23,7 +23,8 @@ EXERCISED = ("functions_deliveries", "functions_requeued", "host_poisoned",
              "spark_batch_reads", "spark_batch_reads_failed", "spark_batch_reads_refused",
              "expiring_host_copies", "session_messages", "sessions_set_aside",
              "sessions_closed", "gaps_skipped", "sessions_refused", "overdue_releases",
-             "briefs", "briefs_near_inline", "fan_outs_committed", "fan_outs_too_large")
+             "briefs", "briefs_near_inline", "fan_outs_committed", "fan_outs_too_large",
+             "maintenance_outages")
 """How often each entry point beside the polling worker ran (bus.testing.simulate.functions and
 .spark: write jobs with their task attempts, the rows they published, a streaming query's
 micro-batches and the ones it ran again after a restart, batch reads with those that failed and
@@ -40,7 +41,8 @@ the sessions closed, the gaps skipped, the copies poisoned because their session
 their number, and the waiting copies maintenance released once their gap outlasted the reorder
 window. For the runs with Briefs (``bus.testing.simulate.briefs``): the Briefs sent, those whose
 payload was within a few hundred bytes of what a signal carries inline, and the fan-outs near
-an outbox record's limit that committed and that were a few bytes over it."""
+an outbox record's limit that committed and that were a few bytes over it. The runs whose
+maintenance stopped for longer than the host's poison copies live (``run.Outage``)."""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -241,8 +241,12 @@ class Console:
 
     def _pause(self) -> None:
         rng = self._world.rng
+        # t, or s when it has the sessions: paused, its queue fills (bounded: a client's
+        # numbered send is refused for room, and must take no number).
         target = briefs.ENDPOINT if self._plan is not None else rng.choice(
             sorted(self._bus.topology.endpoints))
+        if self._sessions is not None and rng.random() < 0.5:
+            target = SESSIONS
         seconds, reason = rng.uniform(0.5, 4.0), rng.choice(("", "deploying"))
         pause = rng.random() < 0.6
         # No command pauses: the API, or (the command line drawn) the dashboard when it is there.

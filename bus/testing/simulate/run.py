@@ -32,7 +32,13 @@ from bus.testing.seamed import seamed_bus
 from bus.testing.simulate import briefs, sessions, spark
 from bus.testing.simulate.console import Console
 from bus.testing.simulate.entries import whole_entry
-from bus.testing.simulate.functions import FunctionsHost, Job, Operator, orchestrator
+from bus.testing.simulate.functions import (
+    HOST_COPY_TTL,
+    FunctionsHost,
+    Job,
+    Operator,
+    orchestrator,
+)
 from bus.testing.simulate.workload import (
     EXPECTED,
     LARGE,
@@ -154,15 +160,16 @@ def run_once(seed: int, safeguards: Safeguards | None = None,
     buses += _spawn_instances(bus, world, rng, seed, new_bus=new_bus if processes else None,
                               handoffs=handoffs, counts=counts)
     world.spawn(Actor("orchestrator", orchestrator(bus, world, handoffs, counts)))
+    outage = Outage.draw(seed, world.now())
     console = _spawn_operators(bus, world, releases, counts, plan_briefs=plan_briefs,
-                               plan=plan, routes=routes)
-    garbage_bodies = {body for body, _ in garbage}
+                               plan=plan, routes=routes, outage=outage)
 
     receivers = [*bus.topology.endpoints, *([spark.READER] if with_spark else [])]
 
     watch = _Watch(bus, storage, world, clients=clients, handoffs=handoffs,
-                   receivers=receivers, plan=plan, console=console, garbage=garbage_bodies,
-                   checkpoint=checkpoint if with_spark else None)
+                   receivers=receivers, plan=plan, console=console,
+                   garbage={body for body, _ in garbage},
+                   checkpoint=checkpoint if with_spark else None, outage=outage)
 
     def expire_lease() -> bool:
         return storage.queues.expire_lease(lambda ids: world.rng.randrange(len(ids)))
@@ -194,6 +201,7 @@ class _Watch:
     console: Console
     garbage: set[str]
     checkpoint: spark.Checkpoint | None
+    outage: Outage | None
 
     def quiescent(self) -> bool:
         return next(self.still_to_do(), None) is None
@@ -202,6 +210,8 @@ class _Watch:
         """What keeps the run from being over, lazily: the first is enough to go on, and the
         first few say what a run that reached its budget was stuck on."""
         bus, storage, now = self.bus, self.storage, self.world.now()
+        if self.outage is not None and now < self.outage.end:
+            yield "maintenance to come back"  # what waits for it must not pass for settled
         yield from (f"{c.name} still sending" for c in self.clients if not c.finished)
         if self.handoffs:
             yield f"{len(self.handoffs)} orchestrations to run"
@@ -209,7 +219,8 @@ class _Watch:
                     if storage.queues.bodies(bus.names.queue(e)))
         yield from (f"{t.state.value} token {t.endpoint}/{t.message_id}"
                     for t in bus.parts.inbox.all()
-                    if _in_flight(t) and not _left_waiting(t, self.plan, now))
+                    if _in_flight(t) and not _left_waiting(
+                        t, self.plan, now, self.outage.end if self.outage else 0.0))
         yield from (f"an entry to act on in poison queue {e}" for e in self.receivers
                     if any(self._to_replay(e, body)
                            for body in storage.queues.bodies(bus.names.poison_queue(e))))
@@ -257,7 +268,7 @@ def _spawn_instances(bus: Bus, world: World, rng: random.Random, seed: int, *,
 
 def _spawn_operators(bus: Bus, world: World, releases: Releases, counts: Counter[str], *,
                      plan_briefs: briefs.BriefPlan | None, plan: SessionPlan | None,
-                     routes: Counter[str] | None) -> Console:
+                     routes: Counter[str] | None, outage: Outage | None) -> Console:
     """The operators: one replaying what storage errors poisoned, the one at the console
     (in the runs with Briefs: the others run as they did), and the releaser with the
     maintenance timer. Returns the console (not spawned when there are no Briefs)."""
@@ -270,11 +281,12 @@ def _spawn_operators(bus: Bus, world: World, releases: Releases, counts: Counter
                       sessions=plan if plan is not None and plan.operator else None)
     if plan_briefs is not None:
         world.spawn(console.actor())
-    # Maintenance runs in every run: it collects pending tokens of handler runs that never
-    # committed while workers are still committing theirs, releases deferrals and finishes
-    # records whose orchestration never ran.
+    # Maintenance runs in every run (but for an outage, in some): it collects pending tokens
+    # of handler runs that never committed while workers are still committing theirs,
+    # releases deferrals and finishes records whose orchestration never ran.
     world.spawn(Actor("releaser", _releaser(
-        bus, world, releases, counts, release=console.release if plan_briefs else None)))
+        bus, world, releases, counts, release=console.release if plan_briefs else None,
+        outage=outage)))
     return console
 
 
@@ -497,7 +509,9 @@ def _send_tally(bus: Bus, world: World, tally: Tally, once: bool, failed: set[st
     def send() -> None:
         try:
             bus.send(tally, message_id=message_id)
-        except StorageError:  # its number may be lost (QueueFull: it took none)
+        except QueueFull:
+            raise  # refused for room before anything was written: it took no number
+        except StorageError:  # its number may be lost
             failed.add(tally.session)
             raise
 
@@ -555,19 +569,21 @@ def _in_flight(token: Token) -> bool:
     return token.state in (TokenState.LIVE, TokenState.PENDING, TokenState.DEFERRED)
 
 
-def _left_waiting(token: Token, plan: SessionPlan | None, now: float) -> bool:
+def _left_waiting(token: Token, plan: SessionPlan | None, now: float,
+                  back: float = 0.0) -> bool:
     """Whether a copy set aside in its session (a deferred token at ``s``: its handler never
     defers) will wait for good once nothing else moves: at an endpoint that blocks, no copy
-    is left to come before it; at one that skips gaps, maintenance (every second) would have
-    released it once its reorder window passed - a minute more allows for failed passes. The
-    run then ends, and the sessions check reports it (nothing may be left waiting)."""
+    is left to come before it; at one that skips gaps, maintenance (every second, since it
+    was ``back`` from an outage) would have released it once its reorder window passed - a
+    minute more allows for failed passes. The run then ends, and the sessions check reports
+    it (nothing may be left waiting)."""
     if plan is None or token.endpoint != sessions.ENDPOINT:
         return False
     if token.state is not TokenState.DEFERRED:
         return False
     if plan.operator:
         return False  # the operator skips the gap in the end (``console.Console``)
-    return not plan.skip_gaps or now - token.since > plan.window + 60.0
+    return not plan.skip_gaps or now - max(token.since, back) > plan.window + 60.0
 
 
 def _to_replay(storage: InMemoryStorage, body: str, garbage: set[str]) -> bool:
@@ -583,14 +599,44 @@ def _to_replay(storage: InMemoryStorage, body: str, garbage: set[str]) -> bool:
         return True  # the host moved it: adopted (then replayed, unless garbage)
 
 
+@dataclass(frozen=True)
+class Outage:
+    """Maintenance stopped for longer than the host's poison copies live (``HOST_COPY_TTL``,
+    the service's 7 days scaled), from ``start`` seconds into the run: its timer disabled,
+    say. Deferred messages wait past their release, records whose orchestration never ran
+    stay unfinished, pending tokens and presumed orphans are not collected; once it is back,
+    everything catches up. (What the host moved to a poison queue is adopted by the
+    operators' readings meanwhile - every reader of a poison queue adopts first - where a
+    deployment with nobody looking would lose it: docs/protocol.md.)"""
+
+    start: float
+    end: float
+
+    @staticmethod
+    def draw(seed: int, now: float) -> Outage | None:
+        """An outage in a quarter of the runs (starting at ``now``), beginning in their
+        first seconds."""
+        draw = random.Random(seed ^ 0x0DA6E)
+        if draw.random() >= 0.25:
+            return None
+        start = now + draw.uniform(1.0, 15.0)
+        return Outage(start, start + HOST_COPY_TTL * draw.uniform(1.05, 1.5))
+
+    def covers(self, now: float) -> bool:
+        return self.start <= now < self.end
+
+
 def _releaser(bus: Bus, world: World, releases: Releases, counts: Counter[str], *,
-              release: Callable[[str, str, int], object] | None = None) -> Callable[[], None]:
+              release: Callable[[str, str, int], object] | None = None,
+              outage: Outage | None = None) -> Callable[[], None]:
     """An operator releasing what is deferred at ``c`` now and then (each release naming the
     deferral the operator saw, as ``Releases`` records; through ``release``, the console's,
     in the runs that have one), and the maintenance timer (the
     sweeper: it re-sends the signals of releases that stopped half-way; the adoption of what
     the host poisoned itself; the recovery of records whose orchestration never ran or
-    stopped)."""
+    stopped), but during the ``outage``."""
+    counts["maintenance_outages"] += outage is not None
+
     def release_all() -> None:
         deferred = bus.deferred("c")
         while True:
@@ -605,8 +651,9 @@ def _releaser(bus: Bus, world: World, releases: Releases, counts: Counter[str], 
                         deferred.release(message.message_id, deferrals=message.deferrals)
                     else:  # the console's way in: the API or the dashboard
                         release("c", message.message_id, message.deferrals)
-            report = maintenance.maintenance_pass(bus, STALLED_SECONDS)  # the Functions app's timer
-            counts["overdue_releases"] += sum(report.sessions_released.values())
+            if outage is None or not outage.covers(world.now()):  # the Functions app's timer
+                report = maintenance.maintenance_pass(bus, STALLED_SECONDS)
+                counts["overdue_releases"] += sum(report.sessions_released.values())
             world.sleep(1.0)
 
     return release_all
