@@ -6,7 +6,9 @@ D1. (helpers only) issue fresh attempt ids and persist them with a compare-and-s
    fenced first, so the record keeps one pass's superseded ids at most);
 D2. create an inbox token (and claim-check payload) for every outgoing copy;
 D3. persist phase SENDING (compare-and-swap): from here on tokens are never created again;
-D4. send the signals (repeating them is harmless: tokens deduplicate);
+D4. send the signals (repeating them is harmless: tokens deduplicate) - a helper's pass only
+   those whose tokens a receiver would not drop now (one read per destination): a record
+   whose passes keep failing part-way still gets closer to its end with each of them;
 D5. fence the attempt ids that were superseded in D1; confirm the outgoing tokens created
    pending (see below);
 D6. release the deferred messages the handler asked for (``deferral``), then consume (delete)
@@ -43,6 +45,7 @@ from bus.protocol.outbox.slot import Outbox, Slot
 from bus.protocol.records import OutboxRecord, Phase
 from bus.protocol.safeguards import Safeguards
 from bus.protocol.tokens.inbox import Lineage, Origin, finished
+from bus.protocol.tokens.verdict import verdict
 from bus.storage import StorageError
 
 
@@ -84,7 +87,7 @@ class Dispatcher:
                 sending.append((index, record))
             except Exception as exc:
                 results[index] = exc
-        self._finish_all(self._signal_all(sending, results), results)
+        self._finish_all(self._signal_all(sending, results, every=committed_by_me), results)
         return results
 
     def finish(self, slot: Slot) -> None:
@@ -97,20 +100,49 @@ class Dispatcher:
             raise results[0]
 
     def _signal_all(self, sending: list[tuple[int, OutboxRecord]],
-                    results: list[Exception | None]) -> list[tuple[int, OutboxRecord]]:
+                    results: list[Exception | None], *,
+                    every: bool) -> list[tuple[int, OutboxRecord]]:
         """D4 for several records at once (their signals bundled per destination);
-        returns those whose every signal was sent."""
-        envelopes = [e for _, record in sending for e in record.outgoing]
-        problems = self._signal_many(envelopes)
+        returns those whose every signal was sent. ``every``: all the copies (the pass of
+        the commit's own worker), else those still to deliver (``_undelivered``)."""
+        chosen = [record.outgoing if every else self._undelivered(record)
+                  for _, record in sending]
+        problems = self._signal_many([e for copies in chosen for e in copies])
         sent: list[tuple[int, OutboxRecord]] = []
-        for index, record in sending:
-            mine, problems = problems[:len(record.outgoing)], problems[len(record.outgoing):]
+        for (index, record), copies in zip(sending, chosen, strict=True):
+            mine, problems = problems[:len(copies)], problems[len(copies):]
             problem = _first_problem(mine)
             if problem is None:
                 sent.append((index, record))
             else:
                 results[index] = problem
         return sent
+
+    def _undelivered(self, record: OutboxRecord) -> tuple[Envelope, ...]:
+        """The copies of a record in phase SENDING whose signal may still be needed: all but
+        those a receiver would drop as duplicates now (token consumed, fenced or set aside:
+        ``Verdict.duplicate``) - every token exists from D3 on, so a missing one was consumed.
+        A helper's pass (a crash, a full queue, a failed send before it) sends only these:
+        where every pass re-sent every copy, a fan-out whose sends fail now and then, or
+        whose bounded destination fills with its own earlier copies, could fail part-way for
+        good. One request per destination and ``keys_per_read`` copies; copies whose tokens
+        could not be read are sent."""
+        inbox = self._courier.inbox
+        per = inbox.limits.keys_per_read
+        by_destination: dict[str, list[str]] = {}
+        for envelope in record.outgoing:
+            by_destination.setdefault(envelope.destination, []).append(envelope.attempt_id)
+        delivered: set[tuple[str, str]] = set()
+        for destination, attempt_ids in by_destination.items():
+            for start in range(0, len(attempt_ids), per):
+                try:
+                    tokens = inbox.read_many(destination, attempt_ids[start:start + per])
+                except StorageError:
+                    continue
+                delivered.update((destination, a) for a in attempt_ids[start:start + per]
+                                 if verdict(tokens.get(a)).duplicate)
+        return tuple(e for e in record.outgoing
+                     if (e.destination, e.attempt_id) not in delivered)
 
     def _finish_all(self, finishing: list[tuple[int, OutboxRecord]],
                     results: list[Exception | None]) -> None:
