@@ -602,12 +602,13 @@ def _to_replay(storage: InMemoryStorage, body: str, garbage: set[str]) -> bool:
 @dataclass(frozen=True)
 class Outage:
     """Maintenance stopped for longer than the host's poison copies live (``HOST_COPY_TTL``,
-    the service's 7 days scaled), from ``start`` seconds into the run: its timer disabled,
-    say. Deferred messages wait past their release, records whose orchestration never ran
-    stay unfinished, pending tokens and presumed orphans are not collected; once it is back,
-    everything catches up. (What the host moved to a poison queue is adopted by the
-    operators' readings meanwhile - every reader of a poison queue adopts first - where a
-    deployment with nobody looking would lose it: docs/protocol.md.)"""
+    the service's 7 days scaled), from ``start`` to ``end`` (virtual seconds): its timer
+    disabled, say; a run is not over before it ends. Deferred messages wait past their
+    release, records whose orchestration never ran stay unfinished, pending tokens and
+    presumed orphans are not collected; once it is back, everything catches up. (What the
+    host moved to a poison queue is adopted by the operators' readings meanwhile - every
+    reader of a poison queue adopts first - where a deployment with nobody looking would
+    lose it: docs/protocol.md.)"""
 
     start: float
     end: float
