@@ -27,7 +27,9 @@ class Notify(Command):
     ref: str
 
 
-def build(clock: Clock) -> tuple[Bus, list[str]]:
+def build(clock: Clock, storage: InMemoryStorage | None = None) -> tuple[Bus, list[str]]:
+    """The desk relays to a bell whose queue holds one message; on ``storage`` (a new store
+    when None: another process of the same app, otherwise)."""
     desk, bell = Endpoint("desk"), Endpoint("bell", max_queue_depth=1)
     rung: list[str] = []
 
@@ -40,7 +42,7 @@ def build(clock: Clock) -> tuple[Bus, list[str]]:
     def notify(message: Notify, ctx: Context) -> None:
         rung.append(message.ref)
 
-    bus = seamed_bus(Seams(clock=clock), InMemoryStorage(), [desk, bell],
+    bus = seamed_bus(Seams(clock=clock), storage or InMemoryStorage(), [desk, bell],
                      settings=Settings(depth_check_seconds=0))
     bus.provision()
     return bus, rung
@@ -116,22 +118,9 @@ def test_a_copy_committed_while_another_reads_its_token_is_not_poisoned_as_expir
     reads the slot again and completes the record instead."""
     early, late = Clock(), Clock()
     late.t += 61
-    desk, bell = Endpoint("desk"), Endpoint("bell", max_queue_depth=1)
-
-    @desk.handles(Relay, partition=lambda m: m.ref)
-    def relay(message: Relay, ctx: Context) -> None:
-        ctx.state.put("relayed", {"ref": message.ref})
-        ctx.send(Notify(ref=message.ref))
-
-    @bell.handles(Notify, partition=lambda m: m.ref)
-    def notify(message: Notify, ctx: Context) -> None:
-        return None
-
     storage = InMemoryStorage()
-    settings = Settings(depth_check_seconds=0)
-    first = seamed_bus(Seams(clock=early), storage, [desk, bell], settings=settings)
-    second = seamed_bus(Seams(clock=late), storage, [desk, bell], settings=settings)
-    first.provision()
+    first, _ = build(early, storage)
+    second, _ = build(late, storage)
     first.send(Notify(ref="first"))  # the bell's queue is full
     first.send(Relay(ref="r1"), ttl=60)
     queue = first.names.queue("desk")
