@@ -182,7 +182,8 @@ class Parts:
         return Sessions(endpoint=ep.name, tables=self.observed.tables,
                         table=self.names.state_table(ep.name), outbox=outbox,
                         courier=self.courier, clock=self.clock, window=ep.reorder_window,
-                        skip_gaps=ep.skip_gaps, dispatcher=self.dispatcher(outbox))
+                        skip_gaps=ep.skip_gaps, dispatcher=self.dispatcher(outbox),
+                        safeguards=self.safeguards)
 
     def settler(self, endpoint: str) -> Settler | None:
         """What completes a message's unfinished record before a purge deletes its token

@@ -114,6 +114,10 @@ class Safeguards:
     """A commit's check leaves room in its outbox record for what later passes add (an ETag
     per outgoing token, the attempt ids a helper pass supersedes): a record that passed never
     outgrows its row on the way out."""
+    complete_before_session_action: bool = True
+    """An operator's skip or close first completes the partition's unfinished record: a copy
+    set aside by a commit is deferred only when its record finishes, so a release before
+    then misses it, and it would wait for good, neither handled nor poisoned."""
     one_entry_per_token: bool = True
     """The poison-queue tools keep one entry per poisoned token (the oldest): two poisonings
     of one message that raced (concurrent copies rejected, each writing its entry before one
@@ -206,6 +210,9 @@ BREAKS: dict[str, tuple[Safeguards, str]] = {
     "release-before-commit": (Safeguards(release_after_commit=False),
                               "the next waiting message of a session is released before the "
                               "commit that makes it next"),
+    "act-on-unfinished": (Safeguards(complete_before_session_action=False),
+                          "an operator's skip or close releases what waits without completing "
+                          "the partition's unfinished record first"),
     "resend-without-swap": (Safeguards(swap_before_resend=False),
                             "a poison-queue replay that finds the token live sends a copy and "
                             "removes the entry without rewriting the token"),

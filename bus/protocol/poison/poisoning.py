@@ -12,6 +12,11 @@ The entry is written first and the token poisoned afterwards, by the ETag it was
 re-sends. A replay can also meet that entry before the token is poisoned, crash or none; it
 rewrites the live token (``poisoned``), a new ETag, so poisoning the token then fails and the
 token stays live for the copy the replay sent - instead of being poisoned with its entry gone.
+
+A pending token is confirmed (made live) before the entry is written: a copy can arrive
+before its sender confirms its token (the sender signals first), and that confirmation,
+landing between the read and the poisoning, would change the ETag the same way - leaving the
+token live, its entry written and its signal deleted, for the sweeper to take for an orphan.
 """
 
 from __future__ import annotations
@@ -24,12 +29,15 @@ from bus.observability import conventions as sc
 from bus.observability import note_error
 from bus.protocol.delivery import Outcome, dropped, no_ack
 from bus.protocol.poison.queue import PoisonQueue
-from bus.protocol.tokens.inbox import Inbox, Token
+from bus.protocol.tokens.inbox import Inbox, Token, TokenState
 from bus.protocol.tokens.verdict import Verdict, verdict
 from bus.retry import Reject
 from bus.storage import StorageError
 
 log = logging.getLogger(__name__)
+
+_CONFIRM_ROUNDS = 3
+"""Tries at confirming a pending token that keeps changing before a poisoning gives up on it."""
 
 # ``error.type`` of a process span that poisoned its signal for a reason of the bus's own (a
 # handler's failure is named by its exception's class).
@@ -46,12 +54,23 @@ class Poisoning:
         self._poison = poison
         self._clock = clock
 
+    def _token(self, attempt_id: str) -> Token | None:
+        """The copy's token, read before its entry is written; a pending one confirmed first
+        (see the module's docstring): its copy is here, so its record is committed."""
+        token = self._inbox.read(self.endpoint, attempt_id)
+        for _ in range(_CONFIRM_ROUNDS):
+            if token is None or token.state is not TokenState.PENDING:
+                return token
+            token = (self._inbox.confirm(token, self._clock())
+                     or self._inbox.read(self.endpoint, attempt_id))
+        return token
+
     def bad(self, body: str, envelope: Envelope | None, reason: str, dequeue_count: int,
             ack: Callable[[], None]) -> Outcome:
         """A signal that cannot be processed as it is (``envelope`` None: not even decoded)."""
         token = None
         if envelope is not None:
-            token = self._inbox.read(self.endpoint, envelope.attempt_id)
+            token = self._token(envelope.attempt_id)
             found = verdict(token)
             # No token poisons all the same: a foreign or broken signal may never have had one.
             if found not in (Verdict.PROCESS, Verdict.CONSUMED):
@@ -70,7 +89,7 @@ class Poisoning:
         such: one message, at most one poison entry. The receiver calls it once it has
         claimed the message's partition (an unfinished record of the message completed
         first), so a message whose handler committed is never poisoned as expired."""
-        token = self._inbox.read(self.endpoint, envelope.attempt_id)
+        token = self._token(envelope.attempt_id)
         found = verdict(token)
         if found is not Verdict.PROCESS:
             ack()
@@ -106,7 +125,7 @@ class Poisoning:
         """A handler that raised on the last delivery allowed, or rejected the message -
         unless its token says another copy's poisoning (or processing) got there first:
         then this copy is dropped as such (one message, one entry)."""
-        token = self._inbox.read(self.endpoint, envelope.attempt_id)  # before the entry
+        token = self._token(envelope.attempt_id)  # before the entry
         found = verdict(token)
         if found is not Verdict.PROCESS:
             ack()
@@ -139,7 +158,7 @@ class Poisoning:
             envelope = decode_signal(body)
         except BadSignal as exc:  # its poisoning met the errors
             return self.bad(body, None, str(exc), deliveries, no_ack)
-        token = self._inbox.read(self.endpoint, envelope.attempt_id)
+        token = self._token(envelope.attempt_id)
         found = verdict(token)
         if found is not Verdict.PROCESS:
             return dropped(found)

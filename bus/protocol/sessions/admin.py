@@ -23,6 +23,7 @@ from bus.protocol.copies.courier import Courier
 from bus.protocol.outbox.deferral import release
 from bus.protocol.outbox.dispatch import Dispatcher
 from bus.protocol.outbox.slot import ClaimLost, Outbox, Slot
+from bus.protocol.safeguards import Safeguards
 from bus.protocol.sessions.order import (
     SESSION_ROW,
     SessionRow,
@@ -87,10 +88,12 @@ class Sessions:
 
     def __init__(self, *, endpoint: str, tables: Tables, table: str, outbox: Outbox,
                  courier: Courier, clock: Callable[[], float], window: float,
-                 skip_gaps: bool, dispatcher: Dispatcher) -> None:
+                 skip_gaps: bool, dispatcher: Dispatcher,
+                 safeguards: Safeguards | None = None) -> None:
         """``dispatcher``: completes the partition's unfinished record before an operator's
         change (a copy set aside is deferred when its record finishes)."""
         self._dispatcher = dispatcher
+        self._complete_first = (safeguards or Safeguards()).complete_before_session_action
         self.endpoint = endpoint
         self.window = window
         self.skip_gaps = skip_gaps
@@ -210,7 +213,7 @@ class Sessions:
             if info is None:
                 return None
             slot = self._outbox.load(info.partition)
-            if self._unfinished(slot):
+            if self._complete_first and self._unfinished(slot):
                 # A copy set aside is in the row's waiting list from its commit, but deferred
                 # only when that record finishes: finish it first, or a release now misses it.
                 self._dispatcher.complete(slot, committed_by_me=False)

@@ -274,6 +274,16 @@ class Inbox:
         changed meanwhile (consumed, fenced)."""
         return self._move(replace(token, orphan=orphan), TokenState.POISONED, now)
 
+    def confirm(self, token: Token, now: float) -> Token | None:
+        """Make a pending token live, as its sender's confirmation would (``confirm_many``);
+        the token as stored now, or None if it changed meanwhile."""
+        live = replace(token, state=TokenState.LIVE, since=now, origin=None)
+        try:
+            etag = self._tables.replace(self._table, self._entity(live), etag=token.etag)
+        except (PreconditionFailed, NotFound):
+            return None
+        return replace(live, etag=etag)
+
     def revive(self, token: Token, now: float) -> bool:
         """Make a token live again for a poison-queue replay - a poisoned one, or a live or
         pending one rewritten live, so that its ETag changes; False if it changed."""

@@ -11,7 +11,10 @@ and storage fails.
 What it does: decides, once per entry, what becomes of each Brief's poison entry at ``t``
 (replay, replay without its time-to-live, purge, or - for a reason replaying cannot cure -
 leave it) and does it; pauses and resumes ``t``; and reads everything an operator reads
-(entries, deferred and scheduled messages, sessions, conversations, state, statistics).
+(entries, deferred and scheduled messages, sessions, conversations, state, statistics). In
+some runs a second operator watches the sessions and acts on one (skip or close) the moment a
+copy of it is set aside (``Console.watcher``): the moment between the commit that lists the
+copy as waiting and its deferral, which an operator acting at random moments seldom meets.
 """
 
 from __future__ import annotations
@@ -59,7 +62,10 @@ class Console:
     """One operator, acting every few seconds (see the module's docstring)."""
 
     def __init__(self, bus: Bus, world: World, plan: briefs.BriefPlan | None,
-                 routes: Counter[str], *, sessions: SessionPlan | None = None) -> None:
+                 routes: Counter[str], *, sessions: SessionPlan | None = None,
+                 deploying: float | None = None) -> None:
+        """``deploying``: the seconds ``s`` is paused for from the run's start (its bounded
+        queue fills while the client numbers its first sends), or None."""
         storage = bus.storage
         assert isinstance(storage, InMemoryStorage)
         self._storage = storage
@@ -68,7 +74,11 @@ class Console:
         self._plan = plan
         self._routes = routes
         self._sessions = sessions
+        self._deploying = deploying
         self.decisions: dict[tuple[str, str, str], str] = {}
+        self.watched: set[str] = set()
+        """Sessions the watcher closed (``watcher``): the console leaves them be, so what
+        the close released - or missed - stays as it left it."""
         self._turns: dict[str, int] = {}
         self._api = _dashboard_routes(bus, world)
         app = types.ModuleType(APP_MODULE)
@@ -77,6 +87,17 @@ class Console:
 
     def actor(self) -> Actor:
         return Actor("console", self.run)
+
+    def watcher(self, counts: Counter[str]) -> Actor:
+        """An operator who watches the sessions' page and closes a session as soon as a copy
+        of it is set aside - now and then, for one in four such copies. Woken by
+        the copy's commit (its session row changed, read outside the faults), it acts at
+        once (urgent): before the worker that committed the copy has deferred it. An
+        operator's action completes the partition's unfinished record first, so the copy is
+        deferred before the action releases what waits (the ``act-on-unfinished`` break)."""
+        assert self._sessions is not None
+        watch = _Watch(self, counts)
+        return Actor("session-watcher", watch.run, alarm=watch.set_aside_now, urgent=True)
 
     # -- what the run asks of it ------------------------------------------------------------
     def waiting(self, body: str) -> bool:
@@ -103,6 +124,11 @@ class Console:
     def run(self) -> None:
         rng = self._world.rng
         unfinished: _Step | None = None
+        for _ in range(3 if self._deploying else 0):  # a deployment of s under way
+            with contextlib.suppress(StorageError):
+                assert self._deploying is not None
+                self._bus.pause(SESSIONS, self._deploying, reason="deploying")
+                break
         while True:
             # A replay or purge that kept failing is run again, as it was, before anything
             # else: an operator whose command failed runs it again (a replay stopped between
@@ -349,7 +375,7 @@ class Console:
         """Skip, or now and then close, a session at a random moment."""
         if self._sessions is None:
             return
-        rows = self._session_rows()
+        rows = [row for row in self._session_rows() if row[0] not in self.watched]
         if not rows:
             return
         key, partition, _ = self._world.rng.choice(rows)
@@ -448,6 +474,49 @@ class _Refused(Exception):
 
 Purged = tuple[str, tuple[str, str | None, int | None]]
 """A Tally's label, and its session, stream and number."""
+
+
+class _Watch:
+    """``Console.watcher``'s operator: what it has seen, and what it is to act on."""
+
+    def __init__(self, console: Console, counts: Counter[str]) -> None:
+        self._console = console
+        self._counts = counts
+        self._etags: tuple[str, ...] = ()
+        self._seen: set[tuple[str, str, str]] = set()
+        self._targets: list[tuple[str, str]] = []
+
+    def set_aside_now(self) -> bool:
+        """Whether a copy was set aside since the last look (and, one in four, to act on)."""
+        console = self._console
+        table = console._bus.names.state_table(SESSIONS)
+        etags = tuple(row.etag or "" for row in console._storage.tables.rows(table)
+                      if row.row_key.startswith(SESSION_ROW))
+        if etags == self._etags:
+            return False  # no session row changed: nothing decoded (this runs every step)
+        self._etags = etags
+        waiting = {(key, partition, w.message_id)
+                   for key, partition, row in console._session_rows() for w in row.waiting}
+        fresh, self._seen = sorted(waiting - self._seen), waiting
+        rng = console._world.rng
+        self._targets += [(key, partition) for key, partition, _ in fresh
+                          if rng.random() < 0.25]
+        return bool(self._targets)
+
+    def run(self) -> None:
+        console = self._console
+        while True:
+            console._world.sleep(3600.0)  # or less: woken by ``set_aside_now``
+            targets, self._targets = self._targets, []
+            for key, partition in dict.fromkeys(targets):
+                if key in console.watched:
+                    continue
+                console.watched.add(key)
+                self._counts["sessions_closed_at_set_aside"] += 1
+                try:
+                    console._act_on_session("close", key, partition)
+                except (StorageError, BusError, click.ClickException, SystemExit, _Refused):
+                    console.watched.discard(key)  # failed: the console's again
 
 
 def _tally_entries(storage: InMemoryStorage,

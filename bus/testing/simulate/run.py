@@ -162,7 +162,9 @@ def run_once(seed: int, safeguards: Safeguards | None = None,
     world.spawn(Actor("orchestrator", orchestrator(bus, world, handoffs, counts)))
     outage = Outage.draw(seed, world.now())
     console = _spawn_operators(bus, world, releases, counts, plan_briefs=plan_briefs,
-                               plan=plan, routes=routes, outage=outage)
+                               plan=plan, routes=routes, outage=outage,
+                               watch=random.Random(seed ^ 0x3A7C4).random() < 0.5,
+                               deploying=_deploying(seed, plan))
 
     receivers = [*bus.topology.endpoints, *([spark.READER] if with_spark else [])]
 
@@ -268,19 +270,25 @@ def _spawn_instances(bus: Bus, world: World, rng: random.Random, seed: int, *,
 
 def _spawn_operators(bus: Bus, world: World, releases: Releases, counts: Counter[str], *,
                      plan_briefs: briefs.BriefPlan | None, plan: SessionPlan | None,
-                     routes: Counter[str] | None, outage: Outage | None) -> Console:
+                     routes: Counter[str] | None, outage: Outage | None,
+                     watch: bool, deploying: float | None) -> Console:
     """The operators: one replaying what storage errors poisoned, the one at the console
-    (in the runs with Briefs: the others run as they did), and the releaser with the
-    maintenance timer. Returns the console (not spawned when there are no Briefs)."""
+    (in the runs with Briefs: the others run as they did) with, when ``watch`` and it acts
+    on the sessions, one watching them, and the releaser with the maintenance timer. Returns
+    the console (not spawned when there are no Briefs); it pauses ``s`` from the start for
+    ``deploying`` seconds when it acts on the sessions."""
     # Not t: what becomes of its entries is the console's to decide (and reading them hides
     # them from other readers for the peek lease: Settings.peek_lease_seconds).
     world.spawn(Operator(bus, world, [e for e in bus.topology.endpoints if e != briefs.ENDPOINT],
                          {t for _, t in EXPECTED} | {"Start", "Noted", "Tally", "Debrief",
                                                      "Briefed"}, counts).actor())
+    operated = plan if plan is not None and plan.operator else None
     console = Console(bus, world, plan_briefs, routes if routes is not None else Counter(),
-                      sessions=plan if plan is not None and plan.operator else None)
+                      sessions=operated, deploying=deploying if operated else None)
     if plan_briefs is not None:
         world.spawn(console.actor())
+    if plan_briefs is not None and plan is not None and plan.operator and watch:
+        world.spawn(console.watcher(counts))
     # Maintenance runs in every run (but for an outage, in some): it collects pending tokens
     # of handler runs that never committed while workers are still committing theirs,
     # releases deferrals and finishes records whose orchestration never ran.
@@ -597,6 +605,15 @@ def _to_replay(storage: InMemoryStorage, body: str, garbage: set[str]) -> bool:
         return entry.original_body not in garbage
     except (ValueError, binascii.Error):
         return True  # the host moved it: adopted (then replayed, unless garbage)
+
+
+def _deploying(seed: int, plan: SessionPlan | None) -> float | None:
+    """The seconds ``s`` is paused for from the start (a deployment under way) in a third of
+    the runs where it is bounded: the client's first numbered sends meet a full queue."""
+    draw = random.Random(seed ^ 0xDE9107)
+    if plan is None or plan.bounded is None or draw.random() >= 1 / 3:
+        return None
+    return draw.uniform(1.0, 4.0)
 
 
 @dataclass(frozen=True)
