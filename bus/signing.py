@@ -7,11 +7,11 @@ everything that re-sends it later (redelivery, a released deferral, a poison-que
 sends those exact bytes. The receiver verifies before any handler runs.
 
 The signature covers the **canonical form** of the copy (``canonical``): a sorted-key compact
-JSON document of the fields below, UTF-8 - so a producer without this package can sign too.
-``deliveries`` (rewritten by the transport) and ``payload_ref`` (checked against the copy's
-own claim check instead) are not covered; the payload is, through its SHA-256 digest.
-``expires_at`` is covered when the copy has one, and absent from the form when it has none, so
-the form of a copy without it is what it was before the field existed.
+JSON document of every envelope field but those ``UNSIGNED`` lists, each with why, UTF-8 - so
+a producer without this package can sign too. The payload is covered through its SHA-256
+digest. A field added after the first form (``expires_at``, the session's) is in the form
+only when the copy has it, so the form of a copy without it is what it was before the field
+existed.
 """
 
 from __future__ import annotations
@@ -114,29 +114,55 @@ def instant(moment: datetime) -> str:
     return utc.isoformat(timespec="microseconds") + "Z"
 
 
+UNSIGNED: dict[str, str] = {
+    "bus": "the envelope's version, set from the content: 2 exactly when `encryption` (signed) "
+           "is set",
+    "payload": "covered through the SHA-256 of its bytes (`payload_sha256` in the form)",
+    "payload_encoding": "how the payload's bytes are written in the JSON; the bytes are covered "
+                        "through their SHA-256",
+    "payload_ref": "where a claim-check copy's payload is: the sender decides it after signing "
+                   "(a copy too large to travel inline), and a receiver reads only the copy's "
+                   "own claim check, which `destination` and `attempt_id` (signed) name - a "
+                   "copy naming anything else is poisoned unread, its token left alone",
+    "payload_sha256": "the form's `payload_sha256` is the digest of the payload's bytes, "
+                      "whatever the field says: of an inline payload, computed (the field is "
+                      "not read); of a claim check, the field, which the receiver checks "
+                      "against the blob once read",
+    "signature": "the signature itself",
+}
+"""The envelope fields the canonical form leaves out, each with why that is safe. Every other
+field of ``Envelope`` is signed, a field added later too (``canonical`` walks the model's
+fields); ``deliveries``, which the transport adds and takes off again, is not an envelope field
+(``bus.envelope.DELIVERIES``), and an unknown field is dropped when a copy is decoded."""
+
+FIRST_FORM_NULLS = frozenset({"topic", "causation_id", "not_before", "encryption"})
+"""Fields of the first canonical form, written ``null`` when absent. Every field added since
+is left out when absent, so the canonical form of a copy without it - one signed before the
+field existed, or by a foreign producer that does not know it - is the form it always was."""
+
+
 def canonical(envelope: Envelope, payload_sha256: str, key_id: str) -> bytes:
-    """The bytes a copy's signature is the HMAC-SHA256 of (docs/envelope.md, "Signatures")."""
-    document: dict[str, Any] = {
-        "message_id": envelope.message_id, "attempt_id": envelope.attempt_id,
-        "kind": envelope.kind, "message_type": envelope.message_type,
-        "source": envelope.source, "destination": envelope.destination,
-        "topic": envelope.topic, "correlation_id": envelope.correlation_id,
-        "causation_id": envelope.causation_id, "headers": envelope.headers,
-        "sent_at": instant(envelope.sent_at),
-        "not_before": None if envelope.not_before is None else instant(envelope.not_before),
-        "content_type": envelope.content_type, "payload_sha256": payload_sha256,
-        "encryption": (None if envelope.encryption is None
-                       else envelope.encryption.model_dump()),
-        "key_id": key_id,
-    }
-    # Added later: each only when set, so that signatures made before them still hold.
-    if envelope.expires_at is not None:
-        document["expires_at"] = instant(envelope.expires_at)
-    document.update({name: value for name, value in (
-        ("session", envelope.session), ("stream", envelope.stream),
-        ("sequence", envelope.sequence)) if value is not None})
+    """The bytes a copy's signature is the HMAC-SHA256 of (docs/envelope.md, "Signatures"):
+    every envelope field but ``UNSIGNED``, with ``payload_sha256`` the digest of the payload's
+    bytes and ``key_id`` the signing key's."""
+    document: dict[str, Any] = {}
+    for name in type(envelope).model_fields:
+        value = getattr(envelope, name)
+        if name in UNSIGNED or (value is None and name not in FIRST_FORM_NULLS):
+            continue
+        document[name] = _form(value)
+    document.update(payload_sha256=payload_sha256, key_id=key_id)
     return json.dumps(document, sort_keys=True, separators=(",", ":"),
                       ensure_ascii=False).encode("utf-8")
+
+
+def _form(value: object) -> object:
+    """A field's value as the canonical form writes it."""
+    if isinstance(value, datetime):
+        return instant(value)
+    if isinstance(value, BaseModel):
+        return value.model_dump()
+    return value
 
 
 def mac(secret: bytes, data: bytes) -> str:

@@ -259,6 +259,23 @@ def test_a_forged_copy_does_not_block_the_real_one(storage: Storage, prefix: str
     assert seen == ["desk:real", "log:real"]
 
 
+def test_a_claim_check_copy_pointed_elsewhere_does_not_block_the_real_one(
+        storage: Storage, prefix: str) -> None:
+    """``payload_ref`` is outside the signature (the sender decides it after signing): a copy
+    naming any blob but its own claim check is poisoned unread, and its token left alone, so
+    the real copy is still processed."""
+    bus, seen = app(storage, prefix, signing(k1=K1))
+    bus.send(Ping(key="real", note=BIG))
+    [copy] = take(bus)
+    elsewhere = {**copy["payload_ref"], "blob": "log/someone-elses"}
+    put(bus, {**copy, "payload_ref": elsewhere})
+    put(bus, copy)
+    assert drain(bus, fail_fast=False)["desk"] == {"poisoned": 1, "processed": 1}
+    assert seen == ["desk:real", "log:real"]
+    [reason] = reasons(bus)
+    assert "is not this message's claim check" in reason
+
+
 # -- the Spark reader ----------------------------------------------------------------------------
 def test_the_spark_reader_takes_signed_copies_and_poisons_the_others() -> None:
     storage = InMemoryStorage()

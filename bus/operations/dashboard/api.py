@@ -254,7 +254,7 @@ def _entry(letter: PoisonedMessage) -> models.PoisonedEntry:
 def _detail(monitor: Monitor, endpoint: str, letter: PoisonedMessage) -> models.PoisonedDetail:
     entry = letter.entry
     envelope = entry.envelope
-    text, note = _payload_text(monitor, letter)
+    text, note = _payload_text(monitor, endpoint, letter)
     return models.PoisonedDetail(
         endpoint=endpoint, id=letter.id, reason=entry.reason, exception=entry.exception,
         exception_type=_exception_type(entry.exception), dequeue_count=entry.dequeue_count,
@@ -268,7 +268,11 @@ def _detail(monitor: Monitor, endpoint: str, letter: PoisonedMessage) -> models.
 _SHOWN_BYTES = 256 * 1024
 
 
-def _payload_text(monitor: Monitor, letter: PoisonedMessage) -> tuple[str | None, str | None]:
+def _payload_text(monitor: Monitor, endpoint: str,
+                  letter: PoisonedMessage) -> tuple[str | None, str | None]:
+    """What the entry's detail shows of its payload, and a note on what it leaves out. A
+    claim check is read only where the receiver would read it: the copy's own, at the
+    poison queue's endpoint (an entry can name any blob)."""
     envelope = letter.entry.envelope
     if envelope is None:
         return None, "the entry holds no envelope (its body was never a message)"
@@ -282,7 +286,10 @@ def _payload_text(monitor: Monitor, letter: PoisonedMessage) -> tuple[str | None
         except (binascii.Error, UnicodeDecodeError):
             return None, "the payload is binary (base64 in the envelope)"
     if envelope.payload_ref is not None:
-        data = monitor.bus.parts.payloads.get(envelope.payload_ref)
+        payloads = monitor.bus.parts.payloads
+        if not payloads.confined(envelope, endpoint):
+            return None, payloads.outside(envelope, endpoint)
+        data = payloads.get(envelope.payload_ref)
         if data is None:
             return None, "its claim-check blob is gone"
         shown = data[:_SHOWN_BYTES].decode("utf-8", errors="replace")

@@ -114,6 +114,19 @@ class Poisoning:
         poison the token of a real copy (which then goes on to be processed). A replay after the
         keys are fixed finds the token live and re-sends the signal: processed once."""
         note_error(UNVERIFIED)
+        return self._put_alone(body, envelope, reason, dequeue_count, ack)
+
+    def foreign(self, body: str, envelope: Envelope, reason: str, dequeue_count: int,
+                ack: Callable[[], None]) -> Outcome:
+        """A signal the bus never wrote as it is, in a part the signature leaves out (its
+        payload reference names something other than its own claim check): poisoned with the
+        reason, its token left alone, as ``unverified`` - a real copy of the message then
+        goes on to be processed."""
+        note_error(INVALID)
+        return self._put_alone(body, envelope, reason, dequeue_count, ack)
+
+    def _put_alone(self, body: str, envelope: Envelope, reason: str, dequeue_count: int,
+                   ack: Callable[[], None]) -> Outcome:
         self._poison.put(body, reason=reason, dequeue_count=dequeue_count, now=self._clock(),
                          envelope=envelope)
         ack()

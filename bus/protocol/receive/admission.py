@@ -156,10 +156,10 @@ class Admission(Generic[T]):
             return self._not_yet(envelope, item)
         if not self._safeguards.ack_after_commit:
             item.ack()  # the "ack-before-commit" break: a crash from here on loses the message
-        if not self._payloads.confined(envelope, self.endpoint):
-            return self._poisoning.bad(item.body, envelope,
-                                       self._payloads.outside(envelope, self.endpoint),
-                                       item.dequeue_count, item.ack)
+        if not self._payloads.confined(envelope, self.endpoint):  # not signed: token untouched
+            return self._poisoning.foreign(item.body, envelope,
+                                           self._payloads.outside(envelope, self.endpoint),
+                                           item.dequeue_count, item.ack)
         try:
             payload = self._payloads.of(envelope)
         except PayloadError as exc:  # a blob over the limit: not read

@@ -4,6 +4,8 @@ deferred and sessions, and every action refused in read-only mode."""
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 import threading
 import time
@@ -141,6 +143,28 @@ def test_a_poisoned_group_replayed_through_the_api_is_processed_once(
     again = client.post("/api/poisoned/payments/replay", json={"ids": group["ids"], "count": 3})
     assert again.json()["replayed"] == 0 and again.json()["missing"] == sorted(group["ids"])
     assert drain(bus).total() == {}
+
+
+def test_an_entry_is_shown_without_reading_a_blob_it_names_but_its_own_claim_check(
+        bus: Bus, client: TestClient) -> None:
+    """A sender with add-message rights points a copy's ``payload_ref`` at another message's
+    blob: the receiver poisons it unread, and so does the entry's page."""
+    secret = bus.parts.payloads.ref("orders", "someone-elses-attempt")
+    bus.storage.blobs.write(secret.container, secret.blob, b'{"card":"4111 1111 1111 1111"}')
+    queue = bus.names.queue("payments")
+    bus.send(Charge(order_id="o1", amount=5))
+    [message] = bus.storage.queues.receive(queue, max_messages=1, lease=60)
+    bus.storage.queues.delete(queue, message)
+    document = json.loads(base64.b64decode(message.body))
+    forged = {**document, "payload": None, "payload_ref": secret.model_dump()}
+    bus.storage.queues.send(queue, base64.b64encode(json.dumps(forged).encode()).decode())
+    assert drain(bus, fail_fast=False).total() == {"poisoned": 1}
+    [group] = client.get("/api/poisoned").json()["groups"]
+    response = client.get(f"/api/poisoned/payments/{group['ids'][0]}")
+    assert "4111" not in response.text
+    detail = response.json()
+    assert detail["payload_text"] is None
+    assert "is not this message's claim check" in detail["payload_note"]
 
 
 def test_an_action_must_carry_the_count_it_confirmed(bus: Bus, client: TestClient) -> None:
