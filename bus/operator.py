@@ -78,7 +78,7 @@ class Operator:
             endpoint=parts.topology.endpoint(endpoint).name, names=parts.names,
             queues=parts.observed.queues, inbox=parts.inbox, payloads=parts.payloads,
             clock=parts.clock, new_id=parts.new_id, peek_lease=parts.settings.peek_lease_seconds,
-            resign=parts.sealer.resign, safeguards=parts.safeguards,
+            sealer=parts.sealer, safeguards=parts.safeguards,
             settle=settler.settle if settler is not None else None)
 
     def deferred(self, endpoint: str) -> Deferrals:

@@ -276,6 +276,25 @@ def test_a_claim_check_copy_pointed_elsewhere_does_not_block_the_real_one(
     assert "is not this message's claim check" in reason
 
 
+def test_a_drop_expiry_replay_never_signs_a_copy_whose_signature_does_not_hold(
+        storage: Storage, prefix: str) -> None:
+    """A forged copy with a junk signature and a time-to-live is poisoned as such; replaying
+    it without its expiry would sign it anew with the app's key - so it is refused, kept."""
+    bus, seen = app(storage, prefix, signing(k1=K1))
+    bus.send(Ping(key="real"))
+    [copy] = take(bus)
+    forged = {**copy, "payload": json.dumps({"key": "forged"}),
+              "expires_at": "2999-01-01T00:00:00Z"}
+    put(bus, forged)
+    assert drain(bus, fail_fast=False).total() == {"poisoned": 1}
+    [letter] = bus.poisoned("desk").entries()
+    assert letter.entry.reason == "bad signature (key 'k1')"
+    assert bus.poisoned("desk").replay(drop_expiry=True) == {
+        letter.id: ReplayResult.UNVERIFIED}
+    assert drain(bus, fail_fast=False).total() == {}
+    assert seen == [] and [e.id for e in bus.poisoned("desk").entries()] == [letter.id]
+
+
 # -- the Spark reader ----------------------------------------------------------------------------
 def test_the_spark_reader_takes_signed_copies_and_poisons_the_others() -> None:
     storage = InMemoryStorage()

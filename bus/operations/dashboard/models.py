@@ -144,7 +144,7 @@ class ReplaySelection(Selection):
 
 class ReplayResult(BaseModel):
     results: dict[str, str]
-    """Entry id -> replayed, resent, stale, not a message, mismatched."""
+    """Entry id -> replayed, resent, stale, not a message, mismatched, unverified."""
     replayed: int
     missing: list[str]
     """Ids not found in the poison queue (replayed or purged meanwhile, or held by another

@@ -67,6 +67,7 @@ from bus.errors import Contention, QueueFull, UnreadableRecord, UnreadableVersio
 from bus.ids import random_id
 from bus.naming import Names
 from bus.protocol.copies.payloads import Payloads
+from bus.protocol.copies.sealing import Sealer
 from bus.protocol.outbox.slot import ClaimLost
 from bus.protocol.poison.queue import PoisonEntry, PoisonQueue
 from bus.protocol.safeguards import Safeguards
@@ -99,6 +100,8 @@ class ReplayResult(str, enum.Enum):
     STALE = "stale"  # the message was processed or purged since: the entry was removed
     NOT_A_MESSAGE = "not a message"  # nothing to replay (kept; purge it)
     MISMATCHED = "mismatched"  # its body is not the message its envelope names (kept; purge it)
+    UNVERIFIED = "unverified"  # a drop-expiry replay of a copy whose signature does not hold:
+    # never signed anew (kept; purge it, or fix the keys and replay it as it is)
 
 
 class PoisonedMessages:
@@ -107,11 +110,11 @@ class PoisonedMessages:
     def __init__(self, *, endpoint: str, names: Names, queues: Queues, inbox: Inbox,
                  payloads: Payloads, clock: Callable[[], float],
                  new_id: Callable[[], str] = random_id, peek_lease: float = 60.0,
-                 resign: Callable[[Envelope], Envelope] | None = None,
+                 sealer: Sealer | None = None,
                  safeguards: Safeguards | None = None,
                  settle: Callable[[Envelope], None] | None = None) -> None:
-        """``resign``: signs a copy anew (``Sealer.resign``), for a replay that drops a
-        signed copy's ``expires_at``. ``settle``: completes the unfinished outbox record of
+        """``sealer``: verifies a signed copy and signs it anew, for a replay that drops its
+        ``expires_at`` (the app's keys). ``settle``: completes the unfinished outbox record of
         a message before a purge deletes its token (``bus.protocol.receive.settle``), raising
         when it cannot yet."""
         self._settle = settle
@@ -120,7 +123,7 @@ class PoisonedMessages:
         self.endpoint = endpoint
         self._swap_live = (safeguards or Safeguards()).swap_before_resend
         self._one_entry = (safeguards or Safeguards()).one_entry_per_token
-        self._resign = resign
+        self._sealer = sealer
         self._queue = names.queue(endpoint)
         self._poison = names.poison_queue(endpoint)
         self._queues = queues
@@ -263,6 +266,8 @@ class PoisonedMessages:
         if not self._matches(entry, envelope):
             return ReplayResult.MISMATCHED
         body = self._resent(entry.original_body, drop_expiry)  # before the token changes
+        if body is None:
+            return ReplayResult.UNVERIFIED
         for _ in range(_ROUNDS):
             token = self._inbox.read(self.endpoint, envelope.attempt_id)
             found = verdict(token)
@@ -283,8 +288,10 @@ class PoisonedMessages:
             return result
         raise Contention(f"the token of {envelope.message_id} kept changing")
 
-    def _resent(self, body: str, drop_expiry: bool) -> str:
-        """The signal a replay sends: as sent, and without ``expires_at`` if asked."""
+    def _resent(self, body: str, drop_expiry: bool) -> str | None:
+        """The signal a replay sends: as sent, and without ``expires_at`` if asked - None
+        when that would sign anew a copy whose signature does not hold (a forgery, poisoned
+        as such, would go out signed with the app's key)."""
         sent = _as_sent(body)
         if not drop_expiry:
             return sent
@@ -293,10 +300,12 @@ class PoisonedMessages:
             return sent
         lasting = envelope.model_copy(update={"expires_at": None})
         if envelope.signature is not None:  # the signature covers expires_at
-            if self._resign is None:
+            if self._sealer is None:
                 raise ValueError("dropping the expiry of a signed copy needs the app's key: "
                                  "use Bus.poisoned")
-            lasting = self._resign(lasting)
+            if self._sealer.check(envelope) is not None:
+                return None
+            lasting = self._sealer.resign(lasting)
         return encode_signal(lasting)
 
     def _matches(self, entry: PoisonEntry, envelope: Envelope) -> bool:
