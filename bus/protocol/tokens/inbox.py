@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -47,6 +48,8 @@ from bus.storage import (
     Tables,
 )
 from bus.storage.limits import StorageLimits, split_text
+
+log = logging.getLogger(__name__)
 
 _INDEX = "~deferred~"  # row key prefix of the deferral index (attempt ids never contain ~)
 _MARK = "~sent~"  # row key prefix of send marks (``bus.protocol.send.marked``)
@@ -331,9 +334,20 @@ class Inbox:
 
     def all(self, endpoint: str | None = None) -> list[Token]:
         """Every token row, or one endpoint's (for tooling, the sweeper and the checks; not a
-        hot path)."""
-        return [_token(row) for row in self._tables.query(self._table, endpoint)
-                if not row.row_key.startswith((_INDEX, _MARK))]
+        hot path). A row that is not a token the bus wrote (an unknown state, a missing
+        field: anyone who may insert tokens can write one) is logged and left out, so that
+        one such row does not stop the sweeper or the operators' pages."""
+        tokens: list[Token] = []
+        for row in self._tables.query(self._table, endpoint):
+            if row.row_key.startswith((_INDEX, _MARK)):
+                continue
+            try:
+                tokens.append(_token(row))
+            except (KeyError, ValueError, TypeError) as exc:
+                log.warning("token row %s/%s of %s is not a token this bus wrote (%s): left "
+                            "out", row.partition_key[:100], row.row_key[:100], self._table,
+                            exc)
+        return tokens
 
     # -- send marks (``bus.protocol.send.marked``) ----------------------------------------------
     def create_marked(self, endpoint: str, copies: Sequence[tuple[str, str, float | None]],
