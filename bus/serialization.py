@@ -40,4 +40,8 @@ class JsonSerializer:
         try:
             return contract.model_validate_json(data)
         except ValidationError as exc:
-            raise PayloadError(f"{contract.message_type} failed validation: {exc}") from exc
+            # Fields and rules only: the values may be a decrypted payload's (a card number),
+            # and the reason goes to the poison queue, the log and the dashboard.
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(root)'}: {e['msg']}"
+                                 for e in exc.errors(include_input=False, include_url=False))
+            raise PayloadError(f"{contract.message_type} failed validation: {problems}") from None

@@ -9,10 +9,11 @@ from __future__ import annotations
 import base64
 import json
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
-from bus import Bus
+from bus import Bus, Command, Context, Endpoint
 from bus.encryption import Encryption, EncryptionKey
 from bus.errors import ConfigurationError, UnreadableVersion
 from bus.hosting.functions.config import AppConfig
@@ -160,3 +161,30 @@ def test_encryption_settings(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="BUS_ENCRYPTION_KEY_ID='e3' names a key"):
         AppConfig.from_environment({**env, "BUS_ENCRYPTION_KEY_ID": "e3"},
                                    tmp_path / "host.json")
+
+
+class StrictPing(Command):
+    """The receiver's contract for Ping: a key of digits only."""
+
+    message_type: ClassVar[str] = "Ping"
+    key: int
+
+
+def test_a_payload_that_fails_validation_is_poisoned_without_quoting_its_values(
+        storage: Storage, prefix: str) -> None:
+    """Decrypted values never reach the poison queue, the log or the dashboard: the reason
+    names the field and the rule, not the value."""
+    sender, _ = app(storage, prefix, encrypting(e1=E1))
+    sender.send(Ping(key="4111 1111 1111 1111"))
+    desk = Endpoint("desk")
+
+    @desk.handles(StrictPing, partition=lambda m: str(m.key))
+    def strict(message: StrictPing, ctx: Context) -> None:
+        raise AssertionError("never valid")
+
+    receiver = Bus(storage, [desk], prefix=prefix, settings=encrypting(e1=E1))
+    assert drain(receiver, fail_fast=False).total() == {"poisoned": 1}
+    [reason] = reasons(receiver)
+    assert reason.startswith("Ping failed validation: key:") and "4111" not in reason
+    [letter] = receiver.poisoned("desk").entries()
+    assert "4111" not in (letter.entry.exception or "")
