@@ -6,6 +6,8 @@ host, no Azure: the function's own code path)."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import os
 import re
 from pathlib import Path
@@ -15,11 +17,18 @@ import azure.functions as func
 import pytest
 
 from bus import Bus
+from bus.errors import ConfigurationError
+from bus.operations.dashboard import create_app
+from bus.operations.dashboard.functions import behind_easy_auth
 from bus.testing import InMemoryStorage
 from tests.operations.dashboard import shop
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "dashboard.md"
-PRINCIPAL = {"x-ms-client-principal-id": "0b5c", "x-ms-client-principal-name": "op@example.org"}
+CLAIMS = {"auth_typ": "aad", "claims": [{"typ": "name", "val": "op@example.org"}],
+          "name_typ": "name", "role_typ": "roles"}
+PRINCIPAL = {"x-ms-client-principal": base64.b64encode(json.dumps(CLAIMS).encode()).decode(),
+             "x-ms-client-principal-id": "0b5c", "x-ms-client-principal-name": "op@example.org"}
+"""The headers App Service Authentication adds to a signed-in operator's request."""
 
 
 def documented_block() -> str:
@@ -29,6 +38,7 @@ def documented_block() -> str:
 
 
 def registered(bus: Bus, monkeypatch: pytest.MonkeyPatch, actions: bool) -> func.FunctionBuilder:
+    monkeypatch.setenv("WEBSITE_AUTH_ENABLED", "True")  # what the platform sets
     if actions:
         monkeypatch.setenv("BUS_DASHBOARD_ACTIONS", "true")
     else:
@@ -80,3 +90,30 @@ def test_actions_when_the_app_setting_allows_them(monkeypatch: pytest.MonkeyPatc
     assert paused.status_code == 200, paused.get_body()
     pause = bus.paused("orders")
     assert pause is not None and pause.reason == "from Functions"
+
+
+@pytest.mark.parametrize("setting", [None, "False", ""])
+def test_the_mount_refuses_to_start_while_app_service_authentication_is_off(
+        setting: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With Authentication off the platform strips no client-sent principal headers."""
+    bus = shop.build(InMemoryStorage(), "fm")
+    environ = {} if setting is None else {"WEBSITE_AUTH_ENABLED": setting}
+    with pytest.raises(ConfigurationError, match="WEBSITE_AUTH_ENABLED"):
+        behind_easy_auth(create_app(bus), environ=environ)
+    monkeypatch.delenv("WEBSITE_AUTH_ENABLED", raising=False)  # the process's, by default
+    with pytest.raises(ConfigurationError, match="turn Authentication on"):
+        behind_easy_auth(create_app(bus))
+
+
+@pytest.mark.parametrize("headers", [
+    {"x-ms-client-principal-id": "0b5c"},  # the id alone, as anyone can send it
+    {**PRINCIPAL, "x-ms-client-principal": "bm90IGpzb24="},  # base64, not JSON
+    {**PRINCIPAL, "x-ms-client-principal": base64.b64encode(b'{"claims": []}').decode()},
+    {**PRINCIPAL, "x-ms-client-principal": "%%%"},
+    {key: value for key, value in PRINCIPAL.items() if key != "x-ms-client-principal-id"},
+], ids=["id only", "not json", "no identity provider", "not base64", "no id"])
+def test_a_request_without_the_platforms_principal_is_refused(
+        headers: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    function = registered(shop.build(InMemoryStorage(), "fm"), monkeypatch, actions=False)
+    assert call(function, "GET", "/api/dashboard/api/settings", headers).status_code == 401
+    assert call(function, "GET", "/api/dashboard/api/settings", PRINCIPAL).status_code == 200
