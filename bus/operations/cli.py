@@ -5,8 +5,9 @@
     python -m bus topology check  [--app function_app] [--file infra/topology.json]
     python -m bus dlq list|show|replay|purge ENDPOINT [...]   (see bus/operations/dlq.py)
     python -m bus sessions list|show|skip|close ENDPOINT [SESSION]  (bus/operations/sessions.py)
-    python -m bus dashboard [--app function_app] [--host 127.0.0.1] [--port 8080]
-                            [--allow-actions] [--depth-seconds 30]  (docs/dashboard.md)
+    python -m bus dashboard [--app function_app] [--host 127.0.0.1 [--allowed-host NAME]...]
+                            [--port 8080] [--allow-actions] [--depth-seconds 30]
+                            (docs/dashboard.md)
 
 Exit codes: 0 done, 1 the check found a difference, 2 wrong usage or an app that cannot load.
 """
@@ -138,15 +139,26 @@ def check_command(app: str, path: Path) -> None:
               help="Address to listen on. The default serves this machine only; anything else "
                    "exposes the dashboard, with no authentication of its own, to the network.")
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
+              help="A host name (or address) the dashboard is reached by, as browsers send it in "
+                   "Host; repeat for each. Required with a --host other than this machine's "
+                   "loopback: any other Host is refused (a page on another site could otherwise "
+                   "reach it through a DNS name of its own: DNS rebinding).")
 @click.option("--allow-actions", is_flag=True,
               help="Allow replay, purge, pause, resume, release, skip and close. Without it the "
                    "dashboard is read-only and its API refuses every action (403).")
 @click.option("--depth-seconds", default=30.0, show_default=True, type=click.FloatRange(min=0),
               help="Read each queue's depth (and poison queue, pause, deferred count) at most "
                    "once per this many seconds, shared by every viewer.")
-def dashboard_command(app: str, host: str, port: int, allow_actions: bool,
-                      depth_seconds: float) -> None:
+def dashboard_command(app: str, *, host: str, port: int, allowed_hosts: tuple[str, ...],
+                      allow_actions: bool, depth_seconds: float) -> None:
     """Serve the operations dashboard (docs/dashboard.md) on HOST:PORT."""
+    local = ["127.0.0.1", "localhost", "[::1]", "::1"]
+    if host not in local and not allowed_hosts:
+        raise UsageProblem(
+            f"--host {host} serves the dashboard beyond this machine: name each host it is "
+            "reached by with --allowed-host NAME (requests naming any other Host are refused, "
+            "so that a page on another site cannot reach it through a DNS name of its own)")
     try:
         import uvicorn
 
@@ -162,10 +174,9 @@ def dashboard_command(app: str, host: str, port: int, allow_actions: bool,
     from starlette.middleware.trustedhost import TrustedHostMiddleware
 
     # A page on another site cannot reach this server through a DNS name of its own that
-    # resolves to this machine (DNS rebinding): only the names it is served under are accepted.
-    local = ["127.0.0.1", "localhost", "[::1]", "::1"]
-    web.add_middleware(TrustedHostMiddleware,
-                       allowed_hosts=["*"] if host in ("0.0.0.0", "::") else [*local, host])
+    # resolves to this machine (DNS rebinding): only the names it is served under are accepted
+    # - and the Origin check (``guard``) compares with a Host that is one of them.
+    web.add_middleware(TrustedHostMiddleware, allowed_hosts=[*local, *allowed_hosts])
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"dashboard of {app} ({len(bus.topology.endpoints)} endpoints, "
                f"{'actions allowed' if allow_actions else 'read-only'}): "

@@ -59,6 +59,7 @@ EXEMPT: dict[str, str] = {
     f"{COMMAND} dashboard --app": "as dashboard",
     f"{COMMAND} dashboard --host": "as dashboard",
     f"{COMMAND} dashboard --port": "as dashboard",
+    f"{COMMAND} dashboard --allowed-host": "as dashboard",
     f"{COMMAND} dashboard --allow-actions": "as dashboard",
     f"{COMMAND} dashboard --depth-seconds": "as dashboard",
     f"{DASHBOARD} GET /api/settings": "the dashboard's own settings: no storage",
