@@ -36,7 +36,7 @@ from bus.protocol.copies.sealing import Sealer
 from bus.protocol.delivery import Incoming, Outcome, dropped
 from bus.protocol.poison.poisoning import Poisoning
 from bus.protocol.safeguards import Safeguards
-from bus.protocol.sessions.order import check_session, session_row_key
+from bus.protocol.sessions.order import check_session, session_row_key, stream_of_another
 from bus.protocol.tokens.inbox import Inbox
 from bus.protocol.tokens.verdict import Verdict, verdict
 from bus.serialization import Serializer
@@ -135,7 +135,7 @@ class Admission(Generic[T]):
         if isinstance(decoded, BadSignal):
             return self._poisoning.bad(item.body, None, str(decoded), item.dequeue_count,
                                        item.ack)
-        forged = self._sealer.check(decoded)
+        forged = self._sealer.check(decoded) or stream_of_another(decoded)
         if forged is not None:
             return self._poisoning.unverified(item.body, decoded, forged, item.dequeue_count,
                                               item.ack)

@@ -90,6 +90,19 @@ def client_stream(client: str) -> str:
     return f"client:{client}"
 
 
+def stream_of_another(envelope: Envelope) -> str | None:
+    """Why a numbered copy's stream is not its sender's (a poison reason), or None: a
+    client numbers in ``client:<its source>``, a handler in ``<its endpoint>/<partition>``
+    - the copy's ``source`` either way. With signing on, a key's sources authenticate
+    ``source``, so this binds a stream to the keys that may sign for it: a producer cannot
+    take numbers in another's stream (the app's own, say)."""
+    stream, source = envelope.stream, envelope.source
+    if stream is None or stream == client_stream(source) or stream.startswith(f"{source}/"):
+        return None
+    return (f"stream {stream[:100]!r} is not its sender's ({source[:100]!r} numbers in "
+            f"{client_stream(source)[:100]!r} or {source[:100]!r}/<partition>)")
+
+
 class Waiting(BaseModel):
     """A copy set aside because it arrived ahead of its turn."""
 
