@@ -17,6 +17,12 @@ from bus.envelope import BadSignal, Envelope, PayloadEncryption, Signature
 from bus.signing import Signing, canonical, mac, payload_digest
 
 
+class Tampered(BadSignal):
+    """A signed copy whose claim-check blob is not the payload that was signed: the blob was
+    written over, so the copy is not authentic as read - poisoned with its token left alone,
+    as a copy whose signature does not hold."""
+
+
 class Sealer:
     """The signing and encryption of one Bus (both off by default)."""
 
@@ -82,8 +88,8 @@ class Sealer:
         if (self.signing.on and envelope.signature is not None
                 and envelope.payload_ref is not None
                 and payload_digest(data) != envelope.payload_sha256):
-            raise BadSignal("payload digest mismatch: the claim-check blob is not the payload "
-                            "that was signed")
+            raise Tampered("payload digest mismatch: the claim-check blob is not the payload "
+                           "that was signed")
         encryption = envelope.encryption
         if encryption is None:
             return data

@@ -32,7 +32,7 @@ from bus.messages import Message
 from bus.naming import RESERVED_PARTITION_PREFIX, RESERVED_PREFIX
 from bus.protocol.copies.courier import due_in
 from bus.protocol.copies.payloads import Payloads
-from bus.protocol.copies.sealing import Sealer
+from bus.protocol.copies.sealing import Sealer, Tampered
 from bus.protocol.delivery import Incoming, Outcome, dropped
 from bus.protocol.poison.poisoning import Poisoning
 from bus.protocol.safeguards import Safeguards
@@ -172,6 +172,9 @@ class Admission(Generic[T]):
             return self._payload_missing(envelope, item)
         try:
             return self._routing.decode(envelope, self._sealer.open(envelope, payload))
+        except Tampered as exc:  # not what was signed: the token is left alone
+            return self._poisoning.unverified(item.body, envelope, str(exc),
+                                              item.dequeue_count, item.ack)
         except BadSignal as exc:
             return self._poisoning.bad(item.body, envelope, str(exc), item.dequeue_count,
                                        item.ack)
