@@ -50,7 +50,7 @@ $(BIN)/.installed: requirements.txt requirements-dev.txt
 	touch $@
 
 node_modules/.installed: package.json package-lock.json
-	npm ci --no-audit --no-fund --loglevel=error
+	SCARF_ANALYTICS=false npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 # Debian's Chromium, for the dashboard's browser tests (tests/operations/browser) and `make dashboard`:

@@ -9,7 +9,8 @@ at most one per ``depth_seconds`` per queue (``poller``).
 from __future__ import annotations
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from bus.bus import Bus
@@ -36,8 +37,20 @@ def create_app(bus: Bus, *, allow_actions: bool = False, depth_seconds: float = 
     app = FastAPI(title=title, version="1",
                   description="The operations API of an exactly-once bus (docs/dashboard.md). "
                               "POST routes answer 403 unless the dashboard allows actions.",
-                  openapi_url="/api/openapi.json", docs_url="/api/docs", redoc_url=None)
+                  openapi_url="/api/openapi.json", docs_url=None, redoc_url=None)
     app.state.monitor = monitor
+
+    @app.get("/api/docs", include_in_schema=False)
+    async def docs(request: Request) -> HTMLResponse:
+        # Swagger UI from the package (vendored, pinned), never from a CDN: the dashboard's
+        # origin runs no script it does not ship, and works offline.
+        root = request.scope.get("root_path", "")
+        return get_swagger_ui_html(
+            openapi_url=f"{root}/api/openapi.json", title=f"{title} - API",
+            swagger_js_url=f"{root}/static/vendor/swagger-ui/swagger-ui-bundle.js",
+            swagger_css_url=f"{root}/static/vendor/swagger-ui/swagger-ui.css",
+            swagger_favicon_url=f"{root}/static/favicon.svg")
+
     app.include_router(api.router(monitor, settings))
     app.include_router(pages.router(title=title))
     app.mount("/static", StaticFiles(directory=pages.HERE / "static"), name="static")

@@ -318,3 +318,18 @@ def test_conversation(bus: Bus, client: TestClient) -> None:
     body = client.get("/api/conversation", params={"id": message_id}).json()
     assert [(m["message_id"], m["state"]) for m in body["messages"]] == [(message_id,
                                                                           "deferred")]
+
+
+def test_the_vendored_swagger_ui_is_node_modules_copy() -> None:
+    """An upgrade is `npm install swagger-ui-dist@X --save-exact` and copying the files."""
+    import json
+
+    installed = ROOT / "node_modules/swagger-ui-dist"
+    if not installed.exists():
+        pytest.fail("node_modules/swagger-ui-dist is missing: run `npm ci` (make setup)")
+    vendored = ROOT / "bus/operations/dashboard/static/vendor/swagger-ui"
+    for name in ("swagger-ui-bundle.js", "swagger-ui.css", "LICENSE", "NOTICE"):
+        assert (vendored / name).read_bytes() == (installed / name).read_bytes(), (
+            f"static/vendor/swagger-ui/{name} differs from node_modules' copy: copy it again")
+    pinned = json.loads((ROOT / "package.json").read_text())["dependencies"]["swagger-ui-dist"]
+    assert json.loads((installed / "package.json").read_text())["version"] == pinned
