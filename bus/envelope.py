@@ -223,7 +223,9 @@ def bundle_parts(raw: bytes) -> list[bytes] | None:
         document = json.loads(text)
     except (ValueError, RecursionError):
         return None
-    signals = document.get("bundle") if isinstance(document, dict) else None
+    if not isinstance(document, dict) or set(document) - {"bus", "bundle"}:
+        return None  # a bundle has these two keys only (the host reads any other: see above)
+    signals = document.get("bundle")
     if not isinstance(signals, list) or not 0 < len(signals) <= MAX_BUNDLE_PARTS or not all(
             isinstance(signal, dict) for signal in signals):
         return None  # decoding it as an envelope says why it cannot be processed
@@ -307,6 +309,14 @@ def _dumps(document: dict[str, object]) -> bytes | None:
         return None
 
 
+HOST_METADATA = frozenset({"queuetrigger", "dequeuecount", "expirationtime", "id",
+                           "insertiontime", "nextvisibletime", "popreceipt"})
+"""The queue trigger's metadata names (any case). The Functions host merges a JSON body's
+top-level properties into the trigger's metadata, over its own: a body carrying one of
+these names would set what the trigger reads - its dequeue count, say - from outside the
+signature. No envelope or bundle this bus writes carries one, so such a body is refused."""
+
+
 def decode_signal(body: str | bytes) -> Envelope:
     """Parse a signal body exactly as it sits on the queue (base64 text)."""
     try:
@@ -329,6 +339,10 @@ def parse_envelope(raw: bytes) -> Envelope:
         raise BadSignal("body is JSON nested too deeply") from exc
     if not isinstance(document, dict):
         raise BadSignal("body is JSON but not an object")
+    taken = sorted(key for key in document if key.lower() in HOST_METADATA)
+    if taken:
+        raise BadSignal(f"body carries {taken[0][:40]!r}, a name the Functions host takes "
+                        "for the queue message's own metadata: not an envelope this bus wrote")
     if "bundle" in document and "message_id" not in document:
         raise BadSignal(f"a bundle this bus does not take apart (at most {MAX_BUNDLE_PARTS} "
                         "parts, each an object)")
