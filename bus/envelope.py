@@ -223,8 +223,8 @@ def bundle_parts(raw: bytes) -> list[bytes] | None:
         document = json.loads(text)
     except (ValueError, RecursionError):
         return None
-    if not isinstance(document, dict) or set(document) - {"bus", "bundle"}:
-        return None  # a bundle has these two keys only (the host reads any other: see above)
+    if not isinstance(document, dict) or set(document) - {"bus", "bundle", DELIVERIES}:
+        return None  # a bundle has no other key: the host would read it (``HOST_METADATA``)
     signals = document.get("bundle")
     if not isinstance(signals, list) or not 0 < len(signals) <= MAX_BUNDLE_PARTS or not all(
             isinstance(signal, dict) for signal in signals):
