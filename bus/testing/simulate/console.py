@@ -12,9 +12,10 @@ What it does: decides, once per entry, what becomes of each Brief's poison entry
 (replay, replay without its time-to-live, purge, or - for a reason replaying cannot cure -
 leave it) and does it; pauses and resumes ``t``; and reads everything an operator reads
 (entries, deferred and scheduled messages, sessions, conversations, state, statistics). In
-some runs a second operator watches the sessions and acts on one (skip or close) the moment a
-copy of it is set aside (``Console.watcher``): the moment between the commit that lists the
-copy as waiting and its deferral, which an operator acting at random moments seldom meets.
+some runs it pauses ``s`` from the start (a deployment under way), and a second operator
+watches the sessions and closes one the moment a copy of it is set aside
+(``Console.watcher``): the moment between the commit that lists the copy as waiting and its
+deferral, which an operator acting at random moments seldom meets.
 """
 
 from __future__ import annotations
