@@ -118,10 +118,10 @@ class Poisoning:
 
     def foreign(self, body: str, envelope: Envelope, reason: str, dequeue_count: int,
                 ack: Callable[[], None]) -> Outcome:
-        """A signal the bus never wrote as it is, in a part the signature leaves out (its
-        payload reference names something other than its own claim check): poisoned with the
-        reason, its token left alone, as ``unverified`` - a real copy of the message then
-        goes on to be processed."""
+        """A signal the bus never wrote as it is, though its signature (if any) holds: its
+        payload reference names something other than its own claim check, or it is numbered
+        in another sender's stream. Poisoned with the reason, its token left alone, as
+        ``unverified`` - a real copy of the message then goes on to be processed."""
         note_error(INVALID)
         return self._put_alone(body, envelope, reason, dequeue_count, ack)
 

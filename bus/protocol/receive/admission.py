@@ -135,10 +135,14 @@ class Admission(Generic[T]):
         if isinstance(decoded, BadSignal):
             return self._poisoning.bad(item.body, None, str(decoded), item.dequeue_count,
                                        item.ack)
-        forged = self._sealer.check(decoded) or stream_of_another(decoded)
+        forged = self._sealer.check(decoded)
         if forged is not None:
             return self._poisoning.unverified(item.body, decoded, forged, item.dequeue_count,
                                               item.ack)
+        foreign = stream_of_another(decoded)
+        if foreign is not None:
+            return self._poisoning.foreign(item.body, decoded, foreign, item.dequeue_count,
+                                           item.ack)
         problem = self._routing.refusal(decoded)
         if problem is not None:
             return self._poisoning.bad(item.body, decoded, problem, item.dequeue_count,
