@@ -130,6 +130,10 @@ class Console:
                 assert self._deploying is not None
                 self._bus.pause(SESSIONS, self._deploying, reason="deploying")
                 break
+        # A deployment happens once: restarted after a crash, the operator does not deploy
+        # again (pausing s anew on every restart kept it paused for good in a crashy run,
+        # while the copies put back during the pause multiplied on send faults).
+        self._deploying = None
         while True:
             # A replay or purge that kept failing is run again, as it was, before anything
             # else: an operator whose command failed runs it again (a replay stopped between
