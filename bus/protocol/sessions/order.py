@@ -55,6 +55,17 @@ MAX_GAPS = 32
 
 SESSION_CHARS = 256
 """The longest session key."""
+MAX_AHEAD = 10_000
+"""How far ahead of its stream's next expected number a copy may be and still wait for its
+turn; one further ahead is refused (poisoned with the reason) without moving the session, so
+no copy - a sender's bug, or a producer's copy in its own stream - can make a session that
+skips gaps jump past every real copy to come."""
+MAX_WAITING_PER_SOURCE = 100
+"""Copies from one sender (``source``) that may wait in one session at a time; another is
+refused (poisoned, to be replayed once the session has moved on), so one sender cannot fill
+the session row's room that every sender's out-of-order copies share: a waiting copy takes
+at most about 2.5 KB of the row's 1 MiB (a 1,024-character stream), so one sender's share is
+at most about a quarter of it."""
 
 
 def check_session(key: object, limits: StorageLimits) -> str:
@@ -219,6 +230,10 @@ def plan(row: SessionRow, session: str, envelope: Envelope, generation: int, now
     if clash is not None:
         return Refuse(f"sequence {k} of stream {stream!r} in session {session!r} is already "
                       f"taken by message {clash.message_id}")
+    crowded = _crowded(row, stream, k, expected, envelope.source) if k > expected else None
+    if crowded is not None:
+        return Refuse(f"sequence {k} of stream {stream[:100]!r} in session {session!r}: "
+                      f"{crowded}")
     skipped = k > expected and _skipping(row, stream, now, gaps)
     if skipped:
         row, expected = _skip(row, stream, k, now), min(
@@ -236,6 +251,27 @@ def plan(row: SessionRow, session: str, envelope: Envelope, generation: int, now
     # for its release already, and asking again would send its signal once more.
     return SetAside(aside, _next_release(aside, stream, aside.expected(stream), endpoint)
                     if skipped else ())
+
+
+def _crowded(row: SessionRow, stream: str, k: int, expected: int, source: str) -> str | None:
+    """Why a copy ahead of its turn may not wait (the end of a poison reason), or None."""
+    if k - expected > MAX_AHEAD:
+        return (f"{k - expected} ahead of the next expected ({expected}), more than the "
+                f"{MAX_AHEAD} a session waits for; replay it once the session has moved on")
+    if any(w.stream == stream and w.sequence == k for w in row.waiting):
+        return None  # its own place, taken again (a redelivery set aside before)
+    theirs = sum(1 for w in row.waiting if _sent_by(w.stream, source))
+    if theirs >= MAX_WAITING_PER_SOURCE:
+        return (f"{theirs} copies from {source[:100]!r} already wait in the session for "
+                f"earlier numbers (at most {MAX_WAITING_PER_SOURCE}); replay it once the "
+                f"session has moved on")
+    return None
+
+
+def _sent_by(stream: str, source: str) -> bool:
+    """Whether ``stream`` is one ``source`` numbers in (as ``stream_of_another`` holds every
+    numbered copy to)."""
+    return stream == client_stream(source) or stream.startswith(f"{source}/")
 
 
 def _touched(row: SessionRow, now: float) -> SessionRow:
