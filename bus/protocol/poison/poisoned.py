@@ -46,7 +46,6 @@ token: poisonings that raced leave one each, and ``adopt`` deletes all but the o
 
 from __future__ import annotations
 
-import base64
 import binascii
 import contextlib
 import enum
@@ -58,7 +57,6 @@ from datetime import datetime, timezone
 from bus.envelope import (
     BadSignal,
     Envelope,
-    carried_deliveries,
     decode_signal,
     encode_signal,
     split_bundle,
@@ -69,9 +67,9 @@ from bus.naming import Names
 from bus.protocol.copies.payloads import Payloads
 from bus.protocol.copies.sealing import Sealer
 from bus.protocol.outbox.slot import ClaimLost
-from bus.protocol.poison.queue import PoisonEntry, PoisonQueue
+from bus.protocol.poison.queue import PoisonEntry, PoisonQueue, as_sent, signal_digest
 from bus.protocol.safeguards import Safeguards
-from bus.protocol.tokens.inbox import Inbox, Token, TokenState
+from bus.protocol.tokens.inbox import Inbox, Lineage, Token, TokenState
 from bus.protocol.tokens.verdict import Verdict, verdict
 from bus.storage import NotFound, QueueMessage, Queues, StorageError
 
@@ -163,7 +161,9 @@ class PoisonedMessages:
         its entry before one of them poisons the token: the others' compare-and-swap fails)
         leave one entry each. Only a token that is poisoned now (its poisoning landed, so the
         other entries are spare) or gone (its message processed or purged since: every entry
-        is stale, one is kept to say so). An entry kept whole in a blob (it names no envelope
+        is stale, one is kept to say so); of a poisoned token, only the entries of the copy
+        it records (``_recorded``) - an entry forged with its ids is no duplicate of the real
+        one, which must not go in its favour. An entry kept whole in a blob (it names no envelope
         here) is kept once: two alike to the byte are one entry sent twice (a send retried
         after its answer was lost), and a replay or purge of one deletes the blob the other
         points to - a pointer left to a blob so deleted (its twin was hidden by another
@@ -191,10 +191,15 @@ class PoisonedMessages:
                     self._queues.delete(self._poison, message)
                 spare.add(message.id)
         for attempt_id, group in by_token.items():
-            if len(group) < 2 or verdict(self._inbox.read(self.endpoint, attempt_id)) \
-                    not in (Verdict.POISONED, Verdict.CONSUMED):
+            if len(group) < 2:
                 continue
-            for message, _ in sorted(group, key=lambda pair: pair[1].poisoned_at)[1:]:
+            token = self._inbox.read(self.endpoint, attempt_id)
+            if verdict(token) not in (Verdict.POISONED, Verdict.CONSUMED):
+                continue
+            # Only entries of the copy it records are one another's duplicates.
+            alike = group if token is None else [
+                pair for pair in group if _recorded(token, pair[1].original_body)]
+            for message, _ in sorted(alike, key=lambda pair: pair[1].poisoned_at)[1:]:
                 with contextlib.suppress(NotFound):
                     self._queues.delete(self._poison, message)
                 spare.add(message.id)
@@ -275,6 +280,8 @@ class PoisonedMessages:
                 self._queues.delete(self._poison, message)
                 self._writer.discard(entry)
                 return ReplayResult.STALE
+            if not _recorded(token, entry.original_body):
+                return ReplayResult.MISMATCHED
             # Live, pending or deferred: a copy is harmless. Poisoned: made live again. Live or
             # pending: rewritten live all the same, so that a poisoning's poison by the ETag it
             # read before this entry was written fails (see the module docstring).
@@ -292,7 +299,7 @@ class PoisonedMessages:
         """The signal a replay sends: as sent, and without ``expires_at`` if asked - None
         when that would sign anew a copy whose signature does not hold (a forgery, poisoned
         as such, would go out signed with the app's key)."""
-        sent = _as_sent(body)
+        sent = as_sent(body)
         if not drop_expiry:
             return sent
         envelope = decode_signal(sent)  # it does decode: ``_matches`` checked
@@ -313,7 +320,7 @@ class PoisonedMessages:
         endpoint: a replay revives the envelope's token and sends the body, so a forged entry
         must not pair one message's token with another's body."""
         try:
-            sent = decode_signal(_as_sent(entry.original_body))
+            sent = decode_signal(as_sent(entry.original_body))
         except BadSignal:
             return False
         return ((sent.message_id, sent.attempt_id, sent.destination)
@@ -348,7 +355,7 @@ class PoisonedMessages:
         self._writer.put(body, reason=HOST_REASON, dequeue_count=dequeue_count,
                          now=self._clock(), envelope=envelope)
         if token is not None and verdict(token) is Verdict.PROCESS:
-            self._inbox.poison(token, self._clock())
+            self._inbox.poison(token, self._clock(), poisoned_by=signal_digest(body))
 
     @staticmethod
     def _ours(message: QueueMessage) -> bool:
@@ -410,15 +417,19 @@ class PoisonedMessages:
             original_body=message.body, envelope=envelope)
 
 
-def _as_sent(body: str) -> str:
-    """A signal body without the delivery count a copy put back carries (docs/envelope.md);
-    anything else unchanged."""
+def _recorded(token: Token, body: str) -> bool:
+    """Whether ``body`` is the copy the bus recorded for the token: the one whose poisoning
+    poisoned it (its digest), of the lineage its sender wrote - where the token has them (a
+    token poisoned by an earlier version records no copy; a foreign producer's, no lineage).
+    A forged entry with the real message's ids and another body revives nothing."""
+    if token.poisoned_by is not None and signal_digest(body) != token.poisoned_by:
+        return False
+    if token.lineage is None:
+        return True
     try:
-        raw = base64.b64decode(body, validate=True)
-    except (binascii.Error, ValueError):
-        return body
-    stripped, carried = carried_deliveries(raw)
-    return base64.b64encode(stripped).decode("ascii") if carried else body
+        return token.lineage == Lineage.of(decode_signal(as_sent(body)))
+    except BadSignal:
+        return False
 
 
 def _poisoned(token: Token | None) -> bool:

@@ -28,7 +28,7 @@ from bus.envelope import BadSignal, Envelope, decode_signal
 from bus.observability import conventions as sc
 from bus.observability import note_error
 from bus.protocol.delivery import Outcome, dropped, no_ack
-from bus.protocol.poison.queue import PoisonQueue
+from bus.protocol.poison.queue import PoisonQueue, signal_digest
 from bus.protocol.tokens.inbox import Inbox, Token, TokenState
 from bus.protocol.tokens.verdict import Verdict, verdict
 from bus.retry import Reject
@@ -103,7 +103,7 @@ class Poisoning:
                         ack: Callable[[], None]) -> None:
         self._poison.put(body, reason=reason, dequeue_count=dequeue_count, now=self._clock(),
                          envelope=envelope)
-        self._poison_token(token)
+        self._poison_token(token, body)
         ack()
         log.warning("poisoned a signal at %s: %s", self.endpoint, reason)
 
@@ -148,7 +148,7 @@ class Poisoning:
                   else f"handler failed {dequeue_count} times (max delivery count)")
         self._poison.put(body, reason=reason, dequeue_count=dequeue_count, now=self._clock(),
                          envelope=envelope, exception=f"{type(exc).__name__}: {exc}")
-        self._poison_token(token)
+        self._poison_token(token, body)
         ack()
         log.warning("poisoned %s at %s: %s", envelope.message_id, self.endpoint, reason)
         return Outcome.POISONED
@@ -178,11 +178,13 @@ class Poisoning:
         reason = f"storage errors on {deliveries} deliveries (max delivery count)"
         self._poison.put(body, reason=reason, dequeue_count=deliveries, now=self._clock(),
                          envelope=envelope, exception=f"{type(cause).__name__}: {cause}")
-        self._poison_token(token)
+        self._poison_token(token, body)
         log.warning("poisoned %s at %s: %s, the last %s", envelope.message_id, self.endpoint,
                     reason, cause)
         return Outcome.POISONED
 
-    def _poison_token(self, token: Token | None) -> None:
+    def _poison_token(self, token: Token | None, body: str) -> None:
+        """Poison the token the entry's copy (``body``) names, recording which copy that is:
+        a replay sends only that one (``PoisonedMessages``)."""
         if token is not None and verdict(token) is Verdict.PROCESS:
-            self._inbox.poison(token, self._clock())
+            self._inbox.poison(token, self._clock(), poisoned_by=signal_digest(body))

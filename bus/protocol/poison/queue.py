@@ -17,7 +17,9 @@ cannot read a version 2 entry, and no release before this one could write that e
 from __future__ import annotations
 
 import base64
+import binascii
 import contextlib
+import hashlib
 import json
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -25,7 +27,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from bus.envelope import Envelope, PayloadRef
+from bus.envelope import BadSignal, Envelope, PayloadRef, carried_deliveries, decode_signal
 from bus.ids import random_id
 from bus.storage import Blobs, NotFound, Queues
 from bus.versions import POISON_ENTRY
@@ -34,6 +36,30 @@ BLOB_PREFIX = "~poison/"
 """Where entries too large for a queue message are kept, in the payload container."""
 _SHOWN = 2_000
 """Characters of the reason and exception a pointing entry repeats (the blob has them all)."""
+
+
+def signal_digest(body: str) -> str | None:
+    """What a poisoned token records of the copy whose poisoning poisoned it (``body``, as on
+    the queue): the SHA-256 of its envelope as the bus reads it, without the delivery count
+    a copy put back carries - any encoding of the same envelope has the same digest - so a
+    replay can tell that copy from another entry's with the same ids. None for a body that
+    is not a signal."""
+    try:
+        envelope = decode_signal(as_sent(body))
+    except BadSignal:
+        return None
+    return hashlib.sha256(envelope.model_dump_json().encode("utf-8")).hexdigest()
+
+
+def as_sent(body: str) -> str:
+    """A signal body without the delivery count a copy put back carries (docs/envelope.md);
+    anything else unchanged."""
+    try:
+        raw = base64.b64decode(body, validate=True)
+    except (binascii.Error, ValueError):
+        return body
+    stripped, carried = carried_deliveries(raw)
+    return base64.b64encode(stripped).decode("ascii") if carried else body
 
 
 class PoisonEntry(BaseModel):

@@ -60,6 +60,14 @@ MAX_AHEAD = 10_000
 turn; one further ahead is refused (poisoned with the reason) without moving the session, so
 no copy - a sender's bug, or a producer's copy in its own stream - can make a session that
 skips gaps jump past every real copy to come."""
+MAX_COUNTER_CHARS = 131_072
+"""Room in a partition's outbox record for its sequence counters (about a quarter of the
+record's 1 MiB, two bytes a character): a counter takes its destination and session key and
+``COUNTER_OVERHEAD_CHARS``. A handler partition that would number its sends in one session
+more is refused (StateError) instead of making every later record of the partition too large
+to commit: thousands of sessions with short keys, some 480 with the longest ones."""
+COUNTER_OVERHEAD_CHARS = 16
+"""A counter's characters besides its key, in the record's JSON (quotes, colon, number)."""
 MAX_WAITING_PER_SOURCE = 100
 """Copies from one sender (``source``) that may wait in one session at a time; another is
 refused (poisoned, to be replayed once the session has moved on), so one sender cannot fill
@@ -352,9 +360,23 @@ class Numbering:
     counters: dict[str, int] = field(default_factory=dict)
 
     def next(self, destination: str, session: str) -> tuple[str, int]:
+        """The stream and number of the next copy to ``destination`` in ``session``;
+        StateError when it would need one counter more than the record keeps room for."""
         key = stream_key(destination, session)
+        if key not in self.counters:
+            self._room_for(key)
         self.counters[key] = self.counters.get(key, 0) + 1
         return self.stream, self.counters[key]
+
+    def _room_for(self, key: str) -> None:
+        taken = sum(len(k) + COUNTER_OVERHEAD_CHARS for k in self.counters)
+        if taken + len(key) + COUNTER_OVERHEAD_CHARS > MAX_COUNTER_CHARS:
+            raise StateError(
+                f"stream {self.stream[:100]!r} numbers its sends in {len(self.counters)} "
+                f"sessions already, all the counters its partition's outbox record keeps room "
+                f"for ({MAX_COUNTER_CHARS} characters, docs/sessions.md); a handler partition "
+                f"sends in a bounded number of sessions: partition the sender finer, or send "
+                f"to this session from another partition")
 
 
 # -- the row in storage ----------------------------------------------------------------------

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -116,6 +117,10 @@ class Token:
     """Poisoned by the sweeper because no signal had come for it (``sweeper``): presumed an
     orphan, which its signal disproves by arriving - the copy is then processed."""
     lineage: Lineage | None = None
+    poisoned_by: str | None = None
+    """What a poisoning recorded of the copy it poisoned the token for: its digest
+    (``bus.protocol.poison.queue.signal_digest``), so that a replay sends that copy and no
+    other with the same ids (kept while the token lives on: a replay revives it)."""
 
     @property
     def processable(self) -> bool:
@@ -272,10 +277,14 @@ class Inbox:
             else:
                 self._tables.transact(self._table, ops)
 
-    def poison(self, token: Token, now: float, *, orphan: bool = False) -> bool:
-        """Mark a live token as poisoned (``orphan``: presumed so by the sweeper); False if it
-        changed meanwhile (consumed, fenced)."""
-        return self._move(replace(token, orphan=orphan), TokenState.POISONED, now)
+    def poison(self, token: Token, now: float, *, orphan: bool = False,
+               poisoned_by: str | None = None) -> bool:
+        """Mark a live token as poisoned (``orphan``: presumed so by the sweeper;
+        ``poisoned_by``: the digest of the copy poisoned, its entry's); False if it changed
+        meanwhile (consumed, fenced)."""
+        return self._move(replace(token, orphan=orphan,
+                                  poisoned_by=poisoned_by or token.poisoned_by),
+                          TokenState.POISONED, now)
 
     def confirm(self, token: Token, now: float) -> Token | None:
         """Make a pending token live, as its sender's confirmation would (``confirm_many``);
@@ -481,7 +490,11 @@ def _token(row: Entity) -> Token:
                  float(since) if isinstance(since, (int, float)) else 0.0, row.etag,
                  generation if isinstance(generation, int) else 0, signal, origin,
                  float(due) if isinstance(due, (int, float)) else None,
-                 props.get("orphan") is True, _lineage(props))
+                 props.get("orphan") is True, _lineage(props), _digest(props.get("poisoned_by")))
+
+
+def _digest(value: EntityValue | None) -> str | None:
+    return value if isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value) else None
 
 
 def _lineage(props: Mapping[str, EntityValue]) -> Lineage | None:
@@ -512,6 +525,8 @@ def _entity(token: Token, property_bytes: int) -> Entity:
                            "source": token.lineage.source})
         if token.lineage.causation_id is not None:
             properties["causation_id"] = token.lineage.causation_id
+    if token.poisoned_by is not None:
+        properties["poisoned_by"] = token.poisoned_by
     if token.origin is not None:
         properties.update({"origin_endpoint": token.origin.endpoint,
                            "origin_partition": token.origin.partition,
