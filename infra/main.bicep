@@ -49,7 +49,7 @@ param stalledOutboxSeconds int = 600
 @maxValue(256)
 param deliveryThreads int = 0
 
-@description('Optional: object id of the operators (a user or group) running the poison-queue tools (`python -m bus dlq`): poison queues, replay sends to the endpoint queues, the inbox tokens table, the payload container - nothing else (docs/deploy.md, "Roles").')
+@description('Optional: object id of the operators (a user or group, or the dashboard\'s identity) running the poison-queue and sessions tools and the dashboard: poison queues, sends to and reads of the endpoint queues, the inbox tokens table, the state tables, the payload container - nothing else (docs/deploy.md, "Roles").')
 param operatorPrincipalId string = ''
 
 @description('Type of operatorPrincipalId.')

@@ -43,7 +43,7 @@ param producerPrincipalType string = 'ServicePrincipal'
 param sparkPrincipalId string = ''
 @allowed(['User', 'Group', 'ServicePrincipal'])
 param sparkPrincipalType string = 'ServicePrincipal'
-@description('Optional: operators (user or group) running the poison-queue tools: poison queues, replay sends, inbox tokens, claim checks.')
+@description('Optional: operators (user or group, or the dashboard\'s identity) running the poison-queue and sessions tools and the dashboard: poison queues, endpoint queues (send, read), inbox tokens, state tables, claim checks.')
 param operatorPrincipalId string = ''
 @allowed(['User', 'Group', 'ServicePrincipal'])
 param operatorPrincipalType string = 'User'
@@ -59,6 +59,7 @@ var hasOperator = !empty(operatorPrincipalId)
 // Built-in role definition ids (the same in every tenant).
 var storageQueueDataContributor = '974c5e8b-45b9-4653-ba55-5f855dd0fb88' // Storage Queue Data Contributor: create queues; send, receive, update, delete messages
 var storageQueueDataMessageSender = 'c6a89b2d-59bc-44d0-9896-0f6e12d7b80a' // Storage Queue Data Message Sender: add messages, nothing else
+var storageQueueDataReader = '19e7f393-937e-4f77-808e-94535e297925' // Storage Queue Data Reader: queue properties (depth) and peek, nothing else
 var storageBlobDataOwner = 'b7e6dc6d-f1e8-4753-8033-0f276bb0955b' // Storage Blob Data Owner: the Functions host's containers (Microsoft lists Owner for host storage)
 var storageBlobDataContributor = 'ba92f5b4-2d11-453d-a403-e96b0029c9fe' // Storage Blob Data Contributor: read, write, delete blobs (no ACL or ownership)
 var storageBlobDataReader = '2a2b9908-6ea1-4ae2-8e65-a410df84e7d1' // Storage Blob Data Reader: read and list blobs
@@ -468,7 +469,7 @@ resource sparkProvisionTopics 'Microsoft.Authorization/roleAssignments@2022-04-0
   }
 }
 
-// -- operators (optional): the poison-queue tools ---------------------------------------------------
+// -- operators (optional): the poison-queue and sessions tools, the dashboard -------------------
 
 // List, adopt, replay and purge poison entries.
 resource operatorPoison 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (endpoint, i) in topology.endpoints: if (hasOperator) {
@@ -513,3 +514,26 @@ resource operatorPayloads 'Microsoft.Authorization/roleAssignments@2022-04-01' =
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', storageBlobDataContributor)
   }
 }
+
+// The dashboard's and the sessions tools' share (docs/dashboard.md, "Who may use it"): pause and
+// resume rows, sessions (list, skip, close), the record a purge completes first - the state
+// tables; each queue's depth and oldest message on the overview - the endpoint queues, read.
+resource operatorStateTables 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (endpoint, i) in topology.endpoints: if (hasOperator) {
+  name: guid(stateTables[i].id, operatorPrincipalId, storageTableDataContributor)
+  scope: stateTables[i]
+  properties: {
+    principalId: operatorPrincipalId
+    principalType: operatorPrincipalType
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', storageTableDataContributor)
+  }
+}]
+
+resource operatorQueueReads 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (endpoint, i) in topology.endpoints: if (hasOperator) {
+  name: guid(endpointQueues[i].id, operatorPrincipalId, storageQueueDataReader)
+  scope: endpointQueues[i]
+  properties: {
+    principalId: operatorPrincipalId
+    principalType: operatorPrincipalType
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', storageQueueDataReader)
+  }
+}]

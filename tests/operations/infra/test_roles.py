@@ -48,6 +48,7 @@ KINDS = {
 
 QUEUE_DATA_CONTRIBUTOR = "974c5e8b-45b9-4653-ba55-5f855dd0fb88"
 QUEUE_MESSAGE_SENDER = "c6a89b2d-59bc-44d0-9896-0f6e12d7b80a"
+QUEUE_DATA_READER = "19e7f393-937e-4f77-808e-94535e297925"
 BLOB_DATA_OWNER = "b7e6dc6d-f1e8-4753-8033-0f276bb0955b"
 BLOB_DATA_CONTRIBUTOR = "ba92f5b4-2d11-453d-a403-e96b0029c9fe"
 BLOB_DATA_READER = "2a2b9908-6ea1-4ae2-8e65-a410df84e7d1"
@@ -314,7 +315,9 @@ def test_each_principal_holds_exactly_its_roles_on_its_scopes() -> None:
     assert of("operatorPrincipalId") == {
         (QUEUE_DATA_CONTRIBUTOR, POISON_QUEUES),
         (QUEUE_MESSAGE_SENDER, ENDPOINT_QUEUES),
+        (QUEUE_DATA_READER, ENDPOINT_QUEUES),
         (TABLE_DATA_CONTRIBUTOR, "table:tokensTableName"),
+        (TABLE_DATA_CONTRIBUTOR, STATE_TABLES),
         (BLOB_DATA_CONTRIBUTOR, "container:payloadContainerName"),
     }
     assert of("publisherPrincipalId") == {(WEBSITE_CONTRIBUTOR, "site:functionAppName")}
