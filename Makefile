@@ -21,7 +21,7 @@ PYTEST_PARALLEL = -n $(JOBS) --dist worksteal
 # simulation runs that drive the whole public surface (sim_long).
 CHECK_MARKERS = not (azurite or spark or browser or worker or sim_slice or sim_long)
 # The commit's simulation slice in `make test` (tests/sim/seeds.py): its size.
-SIM_SLICE ?= 300
+SIM_SLICE ?= 200
 
 .PHONY: help setup lint check test test-all test-py310 sim demo devhost azurite clean lock infra-check spark-demo bench \
 	chromium dashboard screenshots

@@ -13,6 +13,7 @@ A program that does not use ``bus`` can compute the same names (see docs/envelop
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass
@@ -55,6 +56,20 @@ def _alnum(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
+# Names are asked for on every storage call (the simulation's hosts ask for thousands a
+# second): each is a pure function of the prefix and the endpoint, so it is computed once.
+@functools.lru_cache(maxsize=4096)
+def _queue(prefix: str, endpoint: str) -> str:
+    check_endpoint(endpoint)
+    return _dns(f"{prefix}-{endpoint}" if prefix else endpoint, MAX_QUEUE)
+
+
+@functools.lru_cache(maxsize=4096)
+def _state_table(prefix: str, endpoint: str) -> str:
+    check_endpoint(endpoint)
+    return _shorten(f"{prefix}state{_alnum(endpoint)}", 63, "x")
+
+
 @dataclass(frozen=True)
 class Names:
     """Every resource name of one bus installation. ``prefix`` isolates installations
@@ -69,16 +84,13 @@ class Names:
                 "starting with a letter")
 
     def queue(self, endpoint: str) -> str:
-        check_endpoint(endpoint)
-        base = f"{self.prefix}-{endpoint}" if self.prefix else endpoint
-        return _dns(base, MAX_QUEUE)
+        return _queue(self.prefix, endpoint)
 
     def poison_queue(self, endpoint: str) -> str:
         return self.queue(endpoint) + "-poison"
 
     def state_table(self, endpoint: str) -> str:
-        check_endpoint(endpoint)
-        return _shorten(f"{self.prefix}state{_alnum(endpoint)}", 63, "x")
+        return _state_table(self.prefix, endpoint)
 
     @property
     def ledger_table(self) -> str:
