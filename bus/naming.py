@@ -102,6 +102,11 @@ class Names:
         return f"{self.prefix}bustokens"
 
     @property
+    def audit_table(self) -> str:
+        """The operators' audit trail (``bus.audit``): one row per action, by day."""
+        return f"{self.prefix}busaudit"
+
+    @property
     def payload_container(self) -> str:
         return _dns(f"{self.prefix}-bus-payloads")
 

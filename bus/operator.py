@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bus.audit import AuditRecord
 from bus.context import check_key
 from bus.errors import StateError
 from bus.naming import RESERVED_PREFIX
@@ -42,6 +43,7 @@ class Operator:
         names, topology = parts.names, parts.topology
         queues, blobs, tables = parts.storage.queues, parts.storage.blobs, parts.storage.tables
         tables.create_table(names.tokens_table)
+        tables.create_table(names.audit_table)
         tables.create_table(names.ledger_table)
         blobs.create_container(names.payload_container)
         blobs.create_container(names.topic_container)
@@ -79,12 +81,12 @@ class Operator:
             queues=parts.observed.queues, inbox=parts.inbox, payloads=parts.payloads,
             clock=parts.clock, new_id=parts.new_id, peek_lease=parts.settings.peek_lease_seconds,
             sealer=parts.sealer, safeguards=parts.safeguards,
-            settle=settler.settle if settler is not None else None)
+            settle=settler.settle if settler is not None else None, audit=parts.audit.record)
 
     def deferred(self, endpoint: str) -> Deferrals:
         """The messages ``endpoint``'s handlers deferred: list, fetch by id, release."""
         return Deferrals(endpoint=self.parts.topology.endpoint(endpoint).name,
-                         courier=self.parts.courier)
+                         courier=self.parts.courier, audit=self.parts.audit.record)
 
     def read_state(self, endpoint: str, partition: str, key: str) -> dict[str, EntityValue] | None:
         """One state row of ``endpoint``, as its handlers' last commit left it (None: no such
@@ -107,12 +109,16 @@ class Operator:
         within their check interval, 5 s by default). Messages wait in the queue."""
         if seconds <= 0:
             raise ValueError("pause for a positive number of seconds (resume() ends a pause)")
-        self.parts.observed.tables.replace(self._state_table_of(endpoint), Entity(
+        table = self._state_table_of(endpoint)
+        self.parts.audit.record("pause", endpoint, {"seconds": seconds, "reason": reason})
+        self.parts.observed.tables.replace(table, Entity(
             *_PAUSE_KEY, {"until": self.parts.clock() + seconds, "reason": reason}))
 
     def resume(self, endpoint: str) -> None:
         """End a pause of ``endpoint`` (no-op when it is not paused)."""
-        self.parts.observed.tables.delete(self._state_table_of(endpoint), *_PAUSE_KEY)
+        table = self._state_table_of(endpoint)
+        self.parts.audit.record("resume", endpoint, {})
+        self.parts.observed.tables.delete(table, *_PAUSE_KEY)
 
     def paused(self, endpoint: str) -> Pause | None:
         """The current pause of ``endpoint``, if any (one read)."""
@@ -124,6 +130,12 @@ class Operator:
         if not isinstance(until, (int, float)) or until <= self.parts.clock():
             return None
         return Pause(float(until), str(row.properties.get("reason", "")))
+
+    def audit_trail(self, limit: int = 100) -> list[AuditRecord]:
+        """The latest ``limit`` operator actions of the last 30 days, newest first: who
+        replayed, purged, paused, resumed, released, skipped or closed what, and when
+        (``bus.audit``)."""
+        return self.parts.audit.recent(limit)
 
     def _state_table_of(self, endpoint: str) -> str:
         return self.parts.names.state_table(self.parts.topology.endpoint(endpoint).name)

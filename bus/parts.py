@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
 from bus.addressing import Addressing
+from bus.audit import AuditTrail
 from bus.endpoint import Endpoint, check_middleware
 from bus.errors import ConfigurationError, StateError
 from bus.messages import Message
@@ -106,6 +107,8 @@ class Parts:
                                    resign=self.sealer.resign,
                                    together=self.safeguards.marks_with_tokens,
                                    marked=self.safeguards.send_marks)
+        self.audit = AuditTrail(self.observed.tables, self.names.audit_table, self.clock,
+                                self.new_id)
         self._receivers: dict[str, Receiver] = {}
 
     def _courier(self, depth_limits: Mapping[str, int]) -> Courier:
@@ -183,7 +186,7 @@ class Parts:
                         table=self.names.state_table(ep.name), outbox=outbox,
                         courier=self.courier, clock=self.clock, window=ep.reorder_window,
                         skip_gaps=ep.skip_gaps, dispatcher=self.dispatcher(outbox),
-                        safeguards=self.safeguards)
+                        safeguards=self.safeguards, audit=self.audit.record)
 
     def settler(self, endpoint: str) -> Settler | None:
         """What completes a message's unfinished record before a purge deletes its token

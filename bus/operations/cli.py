@@ -24,6 +24,7 @@ import click
 from bus.bus import Bus
 from bus.errors import ConfigurationError, NamingError
 from bus.operations.apps import DEFAULT_APP, AppError, load_bus
+from bus.operations.audit import audit
 from bus.operations.dlq import dlq
 from bus.operations.sessions import sessions
 from bus.operations.topology_file import DEFAULT_PATH, TopologyFile, drift
@@ -66,6 +67,7 @@ def main() -> None:
 
 main.add_command(dlq)
 main.add_command(sessions)
+main.add_command(audit)
 
 
 @main.group()

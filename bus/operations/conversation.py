@@ -100,7 +100,7 @@ def _from_tokens(tokens: Iterable[Token], now: float) -> list[_Seen]:
 def _from_poison(bus: Bus, live: dict[tuple[str, str], Token]) -> list[_Seen]:
     found = []
     for endpoint in bus.topology.endpoints:
-        for letter in bus.poisoned(endpoint).entries():
+        for letter in bus.poisoned(endpoint).entries(adopt=False):  # a read changes nothing
             envelope = letter.entry.envelope
             if envelope is None:
                 continue

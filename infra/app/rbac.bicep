@@ -51,6 +51,7 @@ param operatorPrincipalType string = 'User'
 var topology = loadJsonContent('../topology.json')
 // bus/naming.py: Names.tokens_table, Names.ledger_table (both listed in topology.tables).
 var tokensTableName = '${topology.prefix}bustokens'
+var auditTableName = '${topology.prefix}busaudit' // bus/naming.py: Names.audit_table
 var ledgerTableName = '${topology.prefix}busledger'
 var hasProducer = !empty(producerPrincipalId)
 var hasSpark = !empty(sparkPrincipalId)
@@ -175,6 +176,11 @@ resource durableContainers 'Microsoft.Storage/storageAccounts/blobServices/conta
 resource tokensTable 'Microsoft.Storage/storageAccounts/tableServices/tables@2023-05-01' existing = {
   parent: tableService
   name: tokensTableName
+}
+
+resource auditTable 'Microsoft.Storage/storageAccounts/tableServices/tables@2023-05-01' existing = {
+  parent: tableService
+  name: auditTableName
 }
 
 resource stateTables 'Microsoft.Storage/storageAccounts/tableServices/tables@2023-05-01' existing = [for endpoint in topology.endpoints: {
@@ -515,7 +521,7 @@ resource operatorPayloads 'Microsoft.Authorization/roleAssignments@2022-04-01' =
   }
 }
 
-// The dashboard's and the sessions tools' share (docs/dashboard.md, "Who may use it"): pause and
+// The dashboard's and the sessions tools' share (docs/dashboard.md, "Running it"): pause and
 // resume rows, sessions (list, skip, close), the record a purge completes first - the state
 // tables; each queue's depth and oldest message on the overview - the endpoint queues, read.
 resource operatorStateTables 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for (endpoint, i) in topology.endpoints: if (hasOperator) {
@@ -537,3 +543,15 @@ resource operatorQueueReads 'Microsoft.Authorization/roleAssignments@2022-04-01'
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', storageQueueDataReader)
   }
 }]
+
+// The audit trail (bus/audit.py): every action above writes its record first; the dashboard
+// and `python -m bus audit` read it.
+resource operatorAudit 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (hasOperator) {
+  name: guid(auditTable.id, operatorPrincipalId, storageTableDataContributor)
+  scope: auditTable
+  properties: {
+    principalId: operatorPrincipalId
+    principalType: operatorPrincipalType
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', storageTableDataContributor)
+  }
+}

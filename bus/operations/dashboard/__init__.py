@@ -12,10 +12,13 @@ from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from bus.audit import acting_as, who
 from bus.bus import Bus
 from bus.errors import AmbiguousSession, ConfigurationError
 from bus.operations.dashboard import api, models, pages
+from bus.operations.dashboard.functions import PRINCIPAL_SCOPE_KEY
 from bus.operations.dashboard.guard import HOW_TO_ALLOW, ActionGuard
 from bus.operations.dashboard.monitor import Monitor, UnknownEndpoint, check_bus
 from bus.operations.dashboard.poller import Poller
@@ -64,4 +67,22 @@ def create_app(bus: Bus, *, allow_actions: bool = False, depth_seconds: float = 
         return JSONResponse({"detail": str(exc)}, status_code=409)
 
     app.add_middleware(ActionGuard, allow_actions=allow_actions)
+    app.add_middleware(_ActingAs)
     return app
+
+
+class _ActingAs:
+    """Operator actions taken through the dashboard are recorded (``bus.audit``) as the
+    principal App Service Authentication signed in (``behind_easy_auth``), else as the
+    dashboard process's user, marked as the dashboard's."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        signed_in = scope.get(PRINCIPAL_SCOPE_KEY)
+        with acting_as(signed_in if isinstance(signed_in, str) else f"{who()} (dashboard)"):
+            await self.app(scope, receive, send)

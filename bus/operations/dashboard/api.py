@@ -174,6 +174,13 @@ def _waiting_routes(api: APIRouter, monitor: Monitor) -> None:
                  for name in _chosen(monitor, endpoint) for s in monitor.scheduled(name)]
         return sorted(items, key=lambda s: s.due_at)
 
+    @api.get("/audit", tags=["audit"])
+    def audit(limit: Annotated[int, Query(ge=1, le=1_000)] = 100) -> list[models.AuditItem]:
+        """The latest operator actions of the last 30 days, newest first: who replayed,
+        purged, paused, resumed, released, skipped or closed what, and when."""
+        return [models.AuditItem(at=r.at, who=r.who, action=r.action, endpoint=r.endpoint,
+                                 target=r.target) for r in monitor.audit(limit)]
+
     @api.get("/conversation", tags=["conversation"])
     def conversation(id: Annotated[str, Query(min_length=1, max_length=256,
                                               description="a message id or correlation id")],

@@ -28,6 +28,10 @@ from bus.errors import ConfigurationError
 
 PRINCIPAL_HEADER = b"x-ms-client-principal"
 PRINCIPAL_ID_HEADER = b"x-ms-client-principal-id"
+PRINCIPAL_NAME_HEADER = b"x-ms-client-principal-name"
+PRINCIPAL_SCOPE_KEY = "bus.principal"
+"""Where the mount leaves the validated principal in the request's ASGI scope: the dashboard
+records operator actions as that principal's (``bus.audit``)."""
 AUTH_SETTING = "WEBSITE_AUTH_ENABLED"
 """Set by the platform to ``True`` while App Service Authentication is on for the app."""
 
@@ -75,7 +79,12 @@ class _RequirePrincipal:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and principal(scope["headers"]) is None:
+        found = principal(scope["headers"]) if scope["type"] == "http" else None
+        if found is not None:
+            names = {key.lower(): value for key, value in scope["headers"]}
+            name = names.get(PRINCIPAL_NAME_HEADER, b"").decode("utf-8", errors="replace")
+            scope[PRINCIPAL_SCOPE_KEY] = f"{name} ({found})" if name else found
+        if scope["type"] == "http" and found is None:
             body = json.dumps({"detail": "sign in: the dashboard is served only behind App "
                                          "Service Authentication (docs/dashboard.md)"}).encode()
             await send({"type": "http.response.start", "status": 401,

@@ -173,6 +173,16 @@ class ReleaseRequest(BaseModel):
     """Release only the deferral seen (its ``deferrals``), not a later one."""
 
 
+class AuditItem(BaseModel):
+    """One operator action of the audit trail (``bus.audit``)."""
+
+    at: float
+    who: str
+    action: str
+    endpoint: str
+    target: dict[str, Any]
+
+
 class ReleaseResult(BaseModel):
     endpoint: str
     message_id: str

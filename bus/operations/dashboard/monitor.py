@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 
+from bus.audit import AuditRecord
 from bus.bus import Bus, Pause
 from bus.errors import ConfigurationError
 from bus.operations import conversation, overview
@@ -58,7 +59,7 @@ class Monitor:
     def poisoned(self, endpoint: str) -> Reading[list[PoisonedMessage]]:
         def read() -> list[PoisonedMessage]:
             with self._locks[endpoint]:
-                return self.bus.poisoned(endpoint).entries()
+                return self.bus.poisoned(endpoint).entries(adopt=False)  # a read changes nothing
         return self.poller.get(("poison", endpoint), read)
 
     def paused(self, endpoint: str) -> Reading[Pause | None]:
@@ -92,6 +93,9 @@ class Monitor:
 
     def conversation(self, id: str) -> conversation.Conversation:
         return conversation.conversation(self.bus, id)
+
+    def audit(self, limit: int) -> list[AuditRecord]:
+        return self.bus.audit_trail(limit)
 
     # -- actions ----------------------------------------------------------------------------
     def replay(self, endpoint: str, ids: set[str],

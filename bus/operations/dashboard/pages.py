@@ -17,7 +17,7 @@ TEMPLATES = Jinja2Templates(directory=HERE / "templates")
 
 PAGES = (("endpoints", "/", "Endpoints"), ("poisoned", "/poisoned", "Poisoned messages"),
          ("waiting", "/waiting", "Deferred, scheduled, sessions"),
-         ("conversation", "/conversation", "Conversation"))
+         ("conversation", "/conversation", "Conversation"), ("audit", "/audit", "Audit trail"))
 
 
 def router(*, title: str) -> APIRouter:
@@ -43,5 +43,9 @@ def router(*, title: str) -> APIRouter:
     @pages.get("/conversation", response_class=HTMLResponse)
     def conversation(request: Request) -> HTMLResponse:
         return render(request, "conversation")
+
+    @pages.get("/audit", response_class=HTMLResponse)
+    def audit(request: Request) -> HTMLResponse:
+        return render(request, "audit")
 
     return pages

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bus.audit import Audit
 from bus.envelope import Envelope, decode_signal
 from bus.errors import Contention
 from bus.protocol.copies.courier import Courier
@@ -68,9 +69,11 @@ class DeferredMessage:
 class Deferrals:
     """The deferred messages of one endpoint: list, fetch by id, release."""
 
-    def __init__(self, *, endpoint: str, courier: Courier) -> None:
+    def __init__(self, *, endpoint: str, courier: Courier, audit: Audit | None = None) -> None:
+        """``audit``: records each release before it runs (``bus.audit``)."""
         self.endpoint = endpoint
         self._courier = courier
+        self._audit = audit
 
     def list(self) -> list[DeferredMessage]:
         """Every message deferred at the endpoint, oldest first (scans its tokens)."""
@@ -92,6 +95,10 @@ class Deferrals:
         ``deferrals``: release it only if it is still the deferral you looked at (its
         ``DeferredMessage.deferrals``), not one made since it was released and deferred again.
         """
+        if self._audit is not None:
+            self._audit("release", self.endpoint, {
+                "message_id": message_id,
+                **({"deferrals": deferrals} if deferrals is not None else {})})
         return release(self._courier, self.endpoint, message_id, deferrals)
 
 

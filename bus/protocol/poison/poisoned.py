@@ -54,6 +54,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from bus.audit import Audit
 from bus.envelope import (
     BadSignal,
     Envelope,
@@ -110,12 +111,14 @@ class PoisonedMessages:
                  new_id: Callable[[], str] = random_id, peek_lease: float = 60.0,
                  sealer: Sealer | None = None,
                  safeguards: Safeguards | None = None,
-                 settle: Callable[[Envelope], None] | None = None) -> None:
+                 settle: Callable[[Envelope], None] | None = None,
+                 audit: Audit | None = None) -> None:
         """``sealer``: verifies a signed copy and signs it anew, for a replay that drops its
         ``expires_at`` (the app's keys). ``settle``: completes the unfinished outbox record of
         a message before a purge deletes its token (``bus.protocol.receive.settle``), raising
         when it cannot yet."""
         self._settle = settle
+        self._audit = audit
         self.refusals: dict[str, str] = {}
         """Why the last ``purge`` kept each entry it was asked to purge and did not."""
         self.endpoint = endpoint
@@ -205,9 +208,13 @@ class PoisonedMessages:
                 spare.add(message.id)
         return [message for message in ours if message.id not in spare]
 
-    def entries(self) -> list[PoisonedMessage]:
-        """Every entry, oldest first (entries are leased briefly while read)."""
-        with self._leased() as entries:
+    def entries(self, *, adopt: bool = True) -> list[PoisonedMessage]:
+        """Every entry, oldest first (entries are leased briefly while read). ``adopt``:
+        first turn what the Functions host moved here into entries of the bus's own, which
+        poisons their tokens (``adopt``); without it the host's messages are listed as they
+        are, not replayable until adopted, and the reading changes nothing (the dashboard's
+        reads: maintenance, a replay and a purge adopt them)."""
+        with self._leased(adopt=adopt) as entries:
             return [self._listed(m, e) for m, e in entries]
 
     def replay(self, ids: set[str] | None = None, *,
@@ -217,9 +224,10 @@ class PoisonedMessages:
         docstring); otherwise an expired message expires again."""
         results: dict[str, ReplayResult] = {}
         with self._leased() as entries:
-            for message, entry in entries:
-                if ids is None or message.id in ids:
-                    results[message.id] = self._replay(message, entry, drop_expiry)
+            chosen = [(m, e) for m, e in entries if ids is None or m.id in ids]
+            self._record("replay", ids, chosen, {"drop_expiry": True} if drop_expiry else {})
+            for message, entry in chosen:
+                results[message.id] = self._replay(message, entry, drop_expiry)
         return results
 
     def purge(self, ids: set[str] | None = None) -> list[str]:
@@ -228,9 +236,9 @@ class PoisonedMessages:
         purged: list[str] = []
         self.refusals = {}
         with self._leased() as entries:
-            for message, entry in entries:
-                if ids is not None and message.id not in ids:
-                    continue
+            chosen = [(m, e) for m, e in entries if ids is None or m.id in ids]
+            self._record("purge", ids, chosen, {})
+            for message, entry in chosen:
                 if entry.envelope is not None:
                     token = self._inbox.read(self.endpoint, entry.envelope.attempt_id)
                     if _poisoned(token):
@@ -248,6 +256,18 @@ class PoisonedMessages:
                 self._writer.discard(entry)
                 purged.append(message.id)
         return purged
+
+    def _record(self, action: str, ids: set[str] | None,
+                chosen: list[tuple[QueueMessage, PoisonEntry]], options: dict[str, bool]) -> None:
+        """The audit record of a replay or purge, before it acts (``bus.audit``): the entries
+        and the messages it acts on."""
+        if self._audit is None:
+            return
+        self._audit(action, self.endpoint, {
+            **({"all": True} if ids is None else {"asked": sorted(ids)}),
+            "entries": [m.id for m, _ in chosen],
+            "messages": [e.envelope.message_id for _, e in chosen if e.envelope is not None],
+            **options})
 
     # -- steps ------------------------------------------------------------------------------
     def _settled(self, envelope: Envelope) -> str | None:
@@ -369,10 +389,12 @@ class PoisonedMessages:
         return True
 
     @contextmanager
-    def _leased(self) -> Iterator[list[tuple[QueueMessage, PoisonEntry]]]:
-        """Every entry of the poison queue (after adopting the host's), leased, oldest
-        first; released again on the way out (deleted ones excepted)."""
-        self.adopt()
+    def _leased(self, *, adopt: bool = True) -> Iterator[list[tuple[QueueMessage, PoisonEntry]]]:
+        """Every entry of the poison queue (after adopting the host's, unless not
+        ``adopt``), leased, oldest first; released again on the way out (deleted ones
+        excepted)."""
+        if adopt:
+            self.adopt()
         messages: list[QueueMessage] = []
         while True:
             page = self._queues.receive(self._poison, max_messages=_PAGE, lease=self.peek_lease)

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from bus.audit import Audit
 from bus.errors import AmbiguousSession, Contention
 from bus.protocol.copies.courier import Courier
 from bus.protocol.outbox.deferral import release
@@ -89,9 +90,11 @@ class Sessions:
     def __init__(self, *, endpoint: str, tables: Tables, table: str, outbox: Outbox,
                  courier: Courier, clock: Callable[[], float], window: float,
                  skip_gaps: bool, dispatcher: Dispatcher,
-                 safeguards: Safeguards | None = None) -> None:
+                 safeguards: Safeguards | None = None, audit: Audit | None = None) -> None:
         """``dispatcher``: completes the partition's unfinished record before an operator's
-        change (a copy set aside is deferred when its record finishes)."""
+        change (a copy set aside is deferred when its record finishes); ``audit``: records
+        each skip and close before it runs (``bus.audit``)."""
+        self._audit = audit
         self._dispatcher = dispatcher
         self._complete_first = (safeguards or Safeguards()).complete_before_session_action
         self.endpoint = endpoint
@@ -132,6 +135,7 @@ class Sessions:
         """Move the session past its gaps now, whatever the reorder window: returns how many
         waiting copies were released to go on (0: nothing waits, so nothing to skip to).
         ``partition``: where its row is, when its key has rows in several (``get``)."""
+        self._record("skip", session, partition)
         info = self._change(session, partition, skip_requested)
         if info is not None:
             info = self._without_poisoned(info)  # they would hold the skip up (see there)
@@ -143,10 +147,16 @@ class Sessions:
         """Close the session: later copies of it are poisoned with the reason, and so is each
         copy waiting in it (released to be). Returns how many were waiting. ``partition``:
         as for ``skip``."""
+        self._record("close", session, partition)
         now = self._clock()
         info = self._change(session, partition, lambda row: row if row.closed else
                             row.model_copy(update={"closed_at": now, "updated_at": now}))
         return 0 if info is None else self._release(info.waiting)
+
+    def _record(self, action: str, session: str, partition: str | None) -> None:
+        if self._audit is not None:
+            self._audit(action, self.endpoint, {
+                "session": session, **({"partition": partition} if partition else {})})
 
     def forget(self, session: str, partition: str, message_id: str) -> bool:
         """Take ``message_id``'s copies out of the session's waiting list: the message will

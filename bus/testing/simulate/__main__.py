@@ -24,7 +24,7 @@ EXERCISED = ("functions_deliveries", "functions_requeued", "host_poisoned",
              "expiring_host_copies", "session_messages", "sessions_set_aside",
              "sessions_closed", "gaps_skipped", "sessions_refused", "overdue_releases",
              "briefs", "briefs_near_inline", "fan_outs_committed", "fan_outs_too_large",
-             "maintenance_outages", "sessions_closed_at_set_aside")
+             "maintenance_outages", "sessions_closed_at_set_aside", "audited_actions")
 """How often each entry point beside the polling worker ran (bus.testing.simulate.functions and
 .spark: write jobs with their task attempts, the rows they published, a streaming query's
 micro-batches and the ones it ran again after a restart, batch reads with those that failed and

@@ -321,6 +321,10 @@ class Console:
             sessions.get(info.session, info.partition if draw < 0.5 else None)
         bus.read_state(endpoint, "p0", "counter")
         bus.flush_stats()
+        if draw < 0.5:
+            bus.audit_trail(limit=20)
+        else:
+            bus.audit_trail()
 
     def _read_by_command(self, endpoint: str, draw: float) -> None:
         json_output = ["--json"] if draw < 0.5 else []
@@ -335,6 +339,7 @@ class Console:
             partition = ["--partition", info["partition"]] if draw < 0.5 else []
             self._command("sessions", "show", endpoint, info["session"], *partition)
         self._command("sessions", "list", endpoint, *json_output)
+        self._command("audit", *(["--limit", "20"] if draw < 0.5 else []), *json_output)
 
     def _read_by_route(self, endpoint: str, draw: float) -> None:
         if self._api is None:
@@ -351,6 +356,8 @@ class Console:
         self._route("GET", "/api/sessions", options, **scoped)
         self._route("GET", "/api/scheduled", options, **scoped)
         self._route("GET", "/api/conversation", [], id=self._some_message_id())
+        self._route("GET", "/api/audit", ["limit"] if draw < 0.5 else [],
+                    limit=20 if draw < 0.5 else 100)
 
     def release(self, endpoint: str, message_id: str, deferrals: int) -> None:
         """Release a deferred message, naming the deferral seen: by the API or the

@@ -29,7 +29,7 @@ from bus.seams import Seams
 from bus.storage import StorageError
 from bus.storage.limits import AZURE, StorageLimits
 from bus.testing.seamed import seamed_bus
-from bus.testing.simulate import briefs, sessions, spark
+from bus.testing.simulate import audited, briefs, sessions, spark
 from bus.testing.simulate.console import Console
 from bus.testing.simulate.entries import whole_entry
 from bus.testing.simulate.functions import (
@@ -178,7 +178,7 @@ def run_once(seed: int, safeguards: Safeguards | None = None,
 
     budget = MAX_STEPS * (3 if settings.max_delivery_count <= 3 else 1)
     with (briefs.watching_expiry(bus, storage, plan_briefs) if plan_briefs is not None
-          else contextlib.nullcontext()):
+          else contextlib.nullcontext()), audited.completions() as acted:
         settled = world.run(watch.quiescent, expire_lease, storage.queues.next_visible_at,
                             budget)
         pending = [] if settled else list(itertools.islice(watch.still_to_do(), 5))
@@ -186,7 +186,7 @@ def run_once(seed: int, safeguards: Safeguards | None = None,
     return _outcome(seed, world, bus, buses=buses, settled=settled, roots=len(roots),
                     garbage=[body for body, _ in garbage], counts=counts, releases=releases,
                     checkpoint=checkpoint if with_spark else None, noted=knobs.noted,
-                    plan=plan, briefs_plan=plan_briefs, pending=pending)
+                    plan=plan, briefs_plan=plan_briefs, pending=pending, acted=acted)
 
 
 @dataclass
@@ -302,7 +302,7 @@ def _outcome(seed: int, world: World, bus: Bus, *, buses: list[Bus], settled: bo
              garbage: list[str], counts: Counter[str], releases: Releases,
              checkpoint: spark.Checkpoint | None, noted: bool,
              plan: SessionPlan | None, briefs_plan: briefs.BriefPlan | None,
-             pending: list[str]) -> RunResult:
+             pending: list[str], acted: Counter[str]) -> RunResult:
     """The run's result: what it exercised and, once it quiesced, what it violated."""
     storage = bus.storage
     assert isinstance(storage, InMemoryStorage)
@@ -316,7 +316,9 @@ def _outcome(seed: int, world: World, bus: Bus, *, buses: list[Bus], settled: bo
                                  f"{'; '.join(pending) or 'nothing seen'})")
         return result
     _last_sweep(bus, world)
+    counts["audited_actions"] += sum(acted.values())
     result.statistics.update(counts)
+    result.violations.extend(audited.check(bus, storage, acted))
     result.statistics.update(_seen_at_the_end(bus, storage, set(garbage)))
     result.statistics["expired_messages"] += storage.queues.expired
     if plan is not None:  # first: the most telling of a broken session

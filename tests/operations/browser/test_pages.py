@@ -231,3 +231,11 @@ def test_pausing_and_resuming_an_endpoint(page: Page, actions: Server, fresh_sho
     expect(field(row, "paused")).to_have_text("no")
     expect(page.get_by_test_id("pause-orders")).to_be_visible()
     assert bus.paused("orders") is None
+
+    # The audit trail shows both, newest first, as the dashboard's.
+    page.goto(actions.url + "/audit")
+    expect(page.get_by_test_id("audit-0")).to_have_attribute("data-action", "resume")
+    expect(page.get_by_test_id("audit-1")).to_have_attribute("data-action", "pause")
+    expect(page.get_by_test_id("audit-1")).to_contain_text("database migration")
+    expect(page.get_by_test_id("audit-1")).to_contain_text("(dashboard)")
+    screenshot(page, "audit")

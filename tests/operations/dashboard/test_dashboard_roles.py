@@ -1,5 +1,5 @@
 """The dashboard runs with the operators' roles of the Bicep (``operatorPrincipalId``), not the
-app's account-wide ones (docs/dashboard.md, "Who may use it"): every route of its API, reads
+app's account-wide ones (docs/dashboard.md, "Running it"): every route of its API, reads
 and actions, is called against a store that records which queue, table and container each
 storage call names, and each call must be one a role the Bicep grants the operators on that
 resource allows. A route added to the API without a call here fails the test."""
@@ -90,6 +90,7 @@ def label(bus: Bus, service: str, resource: str) -> str:
     known = {("queue", names.queue("payments")): ENDPOINT_QUEUES,
              ("queue", names.poison_queue("payments")): POISON_QUEUES,
              ("table", names.tokens_table): "table:tokensTableName",
+             ("table", names.audit_table): "table:auditTableName",
              ("table", names.state_table("payments")): STATE_TABLES,
              ("blob", names.payload_container): "container:payloadContainerName"}
     return known.get((service, resource), f"{service}:{resource} (no role of the operators')")
@@ -149,6 +150,7 @@ def test_every_route_needs_only_the_operators_roles(
         "GET /api/conversation": lambda: client.get(
             f"/api/conversation?id={first['message_id']}"),
         "GET /api/settings": lambda: client.get("/api/settings"),
+        "GET /api/audit": lambda: client.get("/api/audit?limit=20"),
     }
     routes = {f"{method.upper()} {path}"
               for path, methods in client.app.openapi()["paths"].items()  # type: ignore[attr-defined]
@@ -164,4 +166,5 @@ def test_every_route_needs_only_the_operators_roles(
             refused[scope].add(name)
     assert dict(refused) == {}
     touched = {label(bus, service, resource) for service, resource, _ in recorded.calls}
-    assert {ENDPOINT_QUEUES, POISON_QUEUES, "table:tokensTableName", STATE_TABLES} <= touched
+    assert {ENDPOINT_QUEUES, POISON_QUEUES, "table:tokensTableName", STATE_TABLES,
+            "table:auditTableName"} <= touched

@@ -90,6 +90,11 @@ def test_actions_when_the_app_setting_allows_them(monkeypatch: pytest.MonkeyPatc
     assert paused.status_code == 200, paused.get_body()
     pause = bus.paused("orders")
     assert pause is not None and pause.reason == "from Functions"
+    # The audit trail names the principal App Service Authentication signed in.
+    [record] = bus.audit_trail()
+    assert (record.action, record.who) == ("pause", "op@example.org (0b5c)")
+    listed = call(function, "GET", "/api/dashboard/api/audit?limit=5", PRINCIPAL)
+    assert [r["who"] for r in json.loads(listed.get_body())] == ["op@example.org (0b5c)"]
 
 
 @pytest.mark.parametrize("setting", [None, "False", ""])

@@ -318,6 +318,7 @@ def test_each_principal_holds_exactly_its_roles_on_its_scopes() -> None:
         (QUEUE_DATA_READER, ENDPOINT_QUEUES),
         (TABLE_DATA_CONTRIBUTOR, "table:tokensTableName"),
         (TABLE_DATA_CONTRIBUTOR, STATE_TABLES),
+        (TABLE_DATA_CONTRIBUTOR, "table:auditTableName"),
         (BLOB_DATA_CONTRIBUTOR, "container:payloadContainerName"),
     }
     assert of("publisherPrincipalId") == {(WEBSITE_CONTRIBUTOR, "site:functionAppName")}

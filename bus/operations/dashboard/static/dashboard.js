@@ -323,3 +323,15 @@ function drawConversation(container, data) {
     title.textContent = `${m.message_id}\n${m.message_type || ""}\n${m.state}`;
   }
 }
+
+function auditPage() {
+  return {
+    ...base(), records: [], limit: 100,
+    async init() { await this.load(); },
+    async load() {
+      try { this.records = await api(`/audit?limit=${this.limit}`); this.error = ""; }
+      catch (e) { this.error = e.message; }
+    },
+    what(r) { return JSON.stringify(r.target); },
+  };
+}
