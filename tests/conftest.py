@@ -46,8 +46,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     # The simulation's slice that follows the commit (tests/sim/conftest.py); declared here, in
     # the root conftest, so that pytest knows the options before it collects tests/sim.
     group = parser.getgroup("simulation")
-    group.addoption("--sim-slice", type=int, default=200,
-                    help="runs in the simulation slice that follows the commit (default 200)")
+    group.addoption("--sim-slice", type=int, default=150,
+                    help="runs in the simulation slice that follows the commit (default 150)")
     group.addoption("--sim-base", type=int, default=None,
                     help="first seed of that slice (default: from git rev-parse HEAD)")
 

@@ -2,7 +2,7 @@
 commit for ``make test``, so that CI runs over many commits cover the seed space instead of the
 same seeds forever.
 
-``--sim-slice N`` (default 200; declared in tests/conftest.py) is the size of the commit's
+``--sim-slice N`` (default 150; declared in tests/conftest.py) is the size of the commit's
 slice, ``--sim-base SEED`` its first seed (default: derived from ``git rev-parse HEAD``; with no
 git, 1). The seeds used are printed in the report header; one run replays with
 ``python -m bus.testing.simulate --runs 1 --seed S``.

@@ -35,23 +35,23 @@ FAILING_SEED = {
     "dirty-retry": 1,
     "drop-presumed-orphans": 1,
     "duplicate-entries": 19,
-    "expire-before-claim": 5,
-    "expire-on-stale-slot": 286,
+    "expire-before-claim": 73,
+    "expire-on-stale-slot": 538,
     "forget-sent": 3,
     "keep-failed-reads": 5,
-    "mark-apart": 5,
-    "numbers-before-room": 267,
+    "mark-apart": 34,
+    "numbers-before-room": 258,
     "payload-before-token": 69,
-    "poisoned-ends-deferral": 27,
+    "poisoned-ends-deferral": 187,
     "purge-unsettled": 152,
-    "release-any-deferral": 20,
-    "release-before-commit": 143,
+    "release-any-deferral": 13,
+    "release-before-commit": 253,
     "resend-without-swap": 18,
     "reuse-attempt-ids": 30,
     "reuse-send-ids": 78,
     "session-apart": 2,
-    "settle-before-stage": 199,
-    "settle-reads-early": 8,
+    "settle-before-stage": 263,
+    "settle-reads-early": 6,
     "skip-claim-cas": 2,
     "skip-confirm": 1,
     "skip-fence-superseded": 5,
@@ -60,21 +60,23 @@ FAILING_SEED = {
     "skip-sequence-check": 2,
     "skip-token-check": 1,
     "skip-unfinished-commits": 5,
-    "split-claim-read": 87,
+    "split-claim-read": 39,
     "steps-by-message-id": 59,
     "unmarked-sends": 5,
     "unreserved-growth": 4,
 }
 """A seed at which each break fails, the quickest one found among the first 300 (a broken run
-can take a minute when it never quiesces; these take about a second or less, but a few). A
-change to the protocol or the simulation moves interleavings, so a seed here can stop failing:
-``python -m bus.testing.simulate --break NAME --runs 300 --stop-at-first`` finds one again, and
-``make test-all`` checks that every break still fails within 300 runs
-(``--every-break``)."""
+can take a minute when it never quiesces; these take about a second or less, but a few) -
+but ``expire-on-stale-slot``, whose first failing seed is 538: two copies of one message must
+cross its expiry on a stale slot, which the workload seldom arranges. A change to the protocol
+or the simulation moves interleavings, so a seed here can stop failing: ``python -m
+bus.testing.simulate --break NAME --runs 300 --stop-at-first`` finds one again, and ``make
+test-all`` checks that every break still fails within 600 runs (``--every-break``)."""
 
-COVERING_SEEDS = range(1, 19)
+COVERING_SEEDS = (*range(1, 19), 46)
 """Seeds that between them inject every kind of fault and reach every session event (found by
-running seeds from 1 until all were seen)."""
+running seeds from 1 until all were seen: 1 to 18 reach all but a refused session, which seed
+46 is the first to reach)."""
 
 
 def test_the_protocol_holds_under_every_kind_of_fault() -> None:
@@ -113,8 +115,9 @@ def test_seeds_a_slice_once_failed_on_hold(seed: int) -> None:
 
 
 SLOW_BREAKS = {"act-on-unfinished", "expire-on-stale-slot", "payload-before-token",
-               "purge-unsettled", "skip-fence-superseded", "skip-token-check",
-               "steps-by-message-id", "unmarked-sends", "unreserved-growth"}
+               "poisoned-ends-deferral", "purge-unsettled", "skip-fence-superseded",
+               "skip-token-check", "steps-by-message-id", "unmarked-sends",
+               "unreserved-growth"}
 """Breaks whose known seed fails only after 10 s to 90 s (most by not quiescing): checked by
 ``make test`` (``sim_long``), not in the developer's loop."""
 
@@ -139,7 +142,9 @@ def test_each_break_fails_at_its_known_seed(name: str) -> None:
 
 def test_every_known_seed_names_a_break() -> None:
     assert set(FAILING_SEED) == set(BREAKS)
-    assert all(seed <= 300 for seed in FAILING_SEED.values())
+    assert all(seed <= 600 for seed in FAILING_SEED.values())
+    assert {name for name, seed in FAILING_SEED.items() if seed > 300} <= {
+        "expire-on-stale-slot"}  # the one exception FAILING_SEED's docstring names
 
 
 def test_runs_replay_exactly_from_their_seed() -> None:
