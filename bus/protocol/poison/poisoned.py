@@ -27,6 +27,12 @@ operation here first **adopts** such messages (``adopt``; maintenance runs it to
 of the bus's own per signal, with its envelope, its token poisoned, never expiring - then it
 is listed, replayed and purged like any other.
 
+A replay sends only the copy the bus recorded: the poisoning that poisoned a token records the
+digest of that copy in it (``Token.poisoned_by``), and the sender wrote its lineage (type,
+source, correlation, cause) when it created the token; an entry whose body is another - one
+written into the poison queue with a real message's ids - answers ``mismatched`` and revives
+nothing, and keeping one entry per token keeps the recorded copy's.
+
 A replay re-sends the signal as it was sent: without the delivery count a copy put back by the
 Functions trigger carries (``deliveries``, docs/envelope.md), so that a replayed message always
 starts counting its deliveries afresh, however its entry came to be.
@@ -98,7 +104,8 @@ class ReplayResult(str, enum.Enum):
     RESENT = "resent"  # an earlier replay was interrupted: the signal is queued again
     STALE = "stale"  # the message was processed or purged since: the entry was removed
     NOT_A_MESSAGE = "not a message"  # nothing to replay (kept; purge it)
-    MISMATCHED = "mismatched"  # its body is not the message its envelope names (kept; purge it)
+    MISMATCHED = "mismatched"  # its body is not the message its envelope names, or not the
+    # copy the token recorded when it was poisoned (a forged entry; kept: purge it)
     UNVERIFIED = "unverified"  # a drop-expiry replay of a copy whose signature does not hold:
     # never signed anew (kept; purge it, or fix the keys and replay it as it is)
 
