@@ -250,8 +250,9 @@ class Console:
         """Purge the entries, recording the messages whose entries went (read before and
         after, outside the faults: only this operator removes Briefs' entries but by
         replaying) or whose tokens did (a purge that failed after it deleted a token leaves
-        the entry, which a replay later removes as stale)."""
-        before = self._present()
+        the entry, which a replay later removes as stale) - and, by the purge's audit
+        records, those whose entries appeared while the command ran."""
+        before, recorded = self._present(), self._purge_records()
         try:
             if way == "api":
                 self._bus.poisoned(briefs.ENDPOINT).purge(None if every else set(ids))
@@ -269,6 +270,29 @@ class Console:
             after = self._present()
             self._plan.purged.update(key[0] for key, entry in before.items()
                                      if key not in after or self._stale(entry))
+            # A purge of every entry also purges one written while it ran (after ``before``
+            # was read): its audit record names the messages it acted on, whose tokens it
+            # deleted (those still there were kept).
+            self._plan.purged.update(self._tokens_gone(self._purge_records() - recorded))
+
+    def _purge_records(self) -> set[tuple[str, str]]:
+        """The audit records of purges at ``t`` so far: (row key, a message id it names),
+        read outside the faults."""
+        found: set[tuple[str, str]] = set()
+        for row in self._storage.tables.rows(self._bus.names.audit_table):
+            if row.properties.get("action") == "purge" and \
+                    row.properties.get("endpoint") == briefs.ENDPOINT:
+                target = json.loads(str(row.properties.get("target", "{}")))
+                found.update((row.row_key, m) for m in target.get("messages", []))
+        return found
+
+    def _tokens_gone(self, records: set[tuple[str, str]]) -> set[str]:
+        """The messages named in ``records`` that have no token at ``t`` any more."""
+        named = {message_id for _, message_id in records}
+        live = {str(row.properties.get("message_id"))
+                for row in self._storage.tables.rows(self._bus.names.tokens_table)
+                if row.partition_key == briefs.ENDPOINT}
+        return named - live
 
     def _pause(self) -> None:
         rng = self._world.rng
