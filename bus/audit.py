@@ -37,8 +37,10 @@ log = logging.getLogger(__name__)
 
 ACTIONS = ("replay", "purge", "pause", "resume", "release", "skip", "close")
 """The operator actions the trail records."""
-MAX_IDS = 200
-"""Ids a record lists (the rest are counted): a record stays far inside a table row."""
+MAX_IDS = 100
+"""Ids a record lists per list (the rest are counted), and ``MAX_TEXT`` the characters of any
+other text it keeps: a record stays inside a table row's property, whatever it was asked."""
+MAX_TEXT = 1_000
 _COUNTDOWN = 10**17  # microseconds: row keys count down from here, so the newest sorts first
 
 _acting: ContextVar[str | None] = ContextVar("bus_audit_acting_as", default=None)
@@ -79,7 +81,9 @@ class AuditRecord:
     action: str
     endpoint: str
     target: dict[str, Any]
-    """What it was asked to act on: ``ids`` (or ``all``), ``message_id``, ``session``, ..."""
+    """What it was asked to act on: for a replay or purge the entries asked for (``asked``,
+    or ``all``) and those it found (``entries``, their ``messages``); a ``message_id``; a
+    ``session``; a pause's ``seconds`` and ``reason``."""
 
 
 class AuditTrail:
@@ -101,7 +105,7 @@ class AuditTrail:
         shown = _bounded(target)
         self._tables.insert(self._table, Entity(
             _day(at), f"{_COUNTDOWN - int(at * 1_000_000):017d}~{self._new_id()}",
-            {"at": at, "who": by[:1_000], "action": action, "endpoint": endpoint,
+            {"at": at, "who": by[:MAX_TEXT], "action": action, "endpoint": endpoint,
              "target": json.dumps(shown, sort_keys=True, default=str)}))
         log.info("audit: %s %s at %s by %s: %s", action, endpoint, _day(at), by,
                  json.dumps(shown, sort_keys=True, default=str))
@@ -128,7 +132,8 @@ def _day(at: float) -> str:
 
 
 def _bounded(target: Mapping[str, Any]) -> dict[str, Any]:
-    """``target`` with its id lists cut to ``MAX_IDS`` (and counted)."""
+    """``target`` with its id lists cut to ``MAX_IDS`` (and counted), its text to
+    ``MAX_TEXT``."""
     shown: dict[str, Any] = {}
     for key, value in target.items():
         if isinstance(value, (list, tuple, set, frozenset)):
@@ -136,6 +141,8 @@ def _bounded(target: Mapping[str, Any]) -> dict[str, Any]:
             shown[key] = items[:MAX_IDS]
             if len(items) > MAX_IDS:
                 shown[f"{key}_count"] = len(items)
+        elif isinstance(value, str):
+            shown[key] = value[:MAX_TEXT]
         else:
             shown[key] = value
     return shown

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from bus import Bus, Command, Context, Endpoint, RetryPolicy, Settings
 from bus.adapters.memory import Fault, InMemoryStorage, NoFaults
-from bus.audit import ACTIONS, MAX_IDS, AuditTrail, acting_as, who
+from bus.audit import ACTIONS, MAX_IDS, MAX_TEXT, AuditTrail, acting_as, who
 from bus.operations.cli import main
 from bus.seams import Seams
 from bus.storage import Storage, StorageError
@@ -125,13 +125,17 @@ def test_an_action_whose_record_cannot_be_written_does_not_run() -> None:
     assert bus.paused("payments") is not None and len(bus.audit_trail()) == 1
 
 
-def test_a_record_lists_at_most_max_ids_and_counts_the_rest() -> None:
+def test_a_record_keeps_at_most_max_ids_and_max_text_whatever_it_was_asked() -> None:
     storage = InMemoryStorage()
     storage.tables.create_table("audit")
     trail = AuditTrail(storage.tables, "audit", clock=lambda: 1_900_000_000.0)
     trail.record("purge", "payments", {"asked": {f"m{i:04d}" for i in range(MAX_IDS + 5)}})
-    [record] = trail.recent()
-    assert len(record.target["asked"]) == MAX_IDS and record.target["asked_count"] == MAX_IDS + 5
+    trail.record("pause", "payments", {"seconds": 5, "reason": "x" * 100_000})
+    [pause, purge] = trail.recent()  # the same instant: either order
+    if pause.action != "pause":
+        pause, purge = purge, pause
+    assert len(purge.target["asked"]) == MAX_IDS and purge.target["asked_count"] == MAX_IDS + 5
+    assert pause.target == {"seconds": 5, "reason": "x" * MAX_TEXT}
 
 
 def test_the_command_line_prints_the_trail(monkeypatch: pytest.MonkeyPatch) -> None:
