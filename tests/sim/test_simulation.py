@@ -73,10 +73,11 @@ or the simulation moves interleavings, so a seed here can stop failing: ``python
 bus.testing.simulate --break NAME --runs 300 --stop-at-first`` finds one again, and ``make
 test-all`` checks that every break still fails within 600 runs (``--every-break``)."""
 
-COVERING_SEEDS = (*range(1, 19), 46)
+COVERING_SEEDS = (*range(1, 19), 46, 100)
 """Seeds that between them inject every kind of fault and reach every session event (found by
 running seeds from 1 until all were seen: 1 to 18 reach all but a refused session, which seed
-46 is the first to reach)."""
+46 is the first to reach - and, on Python 3.10, where the console's operator has no dashboard
+and takes other turns, seed 100)."""
 
 
 def test_the_protocol_holds_under_every_kind_of_fault() -> None:
