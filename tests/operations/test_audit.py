@@ -15,7 +15,7 @@ from bus.adapters.memory import Fault, InMemoryStorage, NoFaults
 from bus.audit import ACTIONS, MAX_IDS, MAX_TEXT, AuditTrail, acting_as, who
 from bus.operations.cli import main
 from bus.seams import Seams
-from bus.storage import Storage, StorageError
+from bus.storage import Entity, Storage, StorageError
 from bus.testing import drain, seamed_bus
 
 FAILING = {"on": True}
@@ -152,3 +152,17 @@ def test_the_command_line_prints_the_trail(monkeypatch: pytest.MonkeyPatch) -> N
     assert record["target"] == {"seconds": 5, "reason": "deploying"}
     plain = runner.invoke(main, ["audit", "--app", "tests.support.memory_app"])
     assert plain.exit_code == 0 and " pause desk " in plain.output
+
+
+def test_a_row_the_trail_did_not_write_is_left_out() -> None:
+    """Anyone who may write the table could add a row of their own: it is not shown as a
+    record (and breaks nothing)."""
+    storage = InMemoryStorage()
+    storage.tables.create_table("audit")
+    trail = AuditTrail(storage.tables, "audit", clock=lambda: 1_900_000_000.0)
+    trail.record("resume", "payments", {})
+    [real] = trail.recent()
+    for i, properties in enumerate(({}, {"target": "not json", "at": 1.0}, {"target": "[]"},
+                                    {"target": "{}", "at": "yesterday"})):
+        storage.tables.insert("audit", Entity("2030-03-17", f"0~{i}", properties))
+    assert trail.recent() == [real]

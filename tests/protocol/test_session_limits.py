@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from bus import Bus, Command, Context, Endpoint, Settings
+from bus import Bus, Context, Endpoint, Settings
 from bus.adapters.memory import InMemoryStorage
 from bus.envelope import Envelope, encode_signal
 from bus.protocol.delivery import Outcome
@@ -18,21 +18,7 @@ from bus.protocol.sessions.order import MAX_AHEAD, MAX_WAITING_PER_SOURCE
 from bus.seams import Seams
 from bus.storage import Storage
 from bus.testing.seamed import seamed_bus
-
-WINDOW = 5.0
-
-
-class Step(Command):
-    flow: str
-    n: int
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_900_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.protocol.test_session_gaps import WINDOW, Clock, Step
 
 
 def build(storage: Storage, prefix: str, clock: Clock, *,
