@@ -28,7 +28,7 @@ from bus.protocol.copies.bundles import parts
 from bus.storage import QueueMessage, Queues, Storage
 from bus.testing.counting import OpCounter, counting_storage
 from bus.testing.transport import ForwardingQueues
-from devhost.azurite import azurite
+from bench.emulator import azurite
 
 
 class AckProbe(ForwardingQueues):
@@ -88,14 +88,14 @@ class Installation:
 
 
 @contextlib.contextmanager
-def installation(endpoints: Sequence[Endpoint],
+def installation(endpoints: Sequence[Endpoint], latency_ms: float,
                  telemetry: Telemetry | None = None) -> Iterator[Installation]:
     """A fresh Azurite with ``endpoints`` provisioned; provisioning is not counted.
 
     ``telemetry`` goes to both buses, the endpoints' and the client's (one process, one
     OpenTelemetry SDK); without it both use the global providers - no-ops unless an SDK was
     installed globally, which the benchmark never does."""
-    with azurite() as connection, counting_requests(connection) as wire:
+    with azurite(latency_ms) as connection, counting_requests(connection) as wire:
         plain = AzureStorage.from_connection_string(connection)
         probe = AckProbe(plain.queues)
         storage, counter = counting_storage(Storage(queues=probe, blobs=plain.blobs,

@@ -16,6 +16,8 @@ from bench.harness import ScenarioResult
 # key -> (module, what it measures); the keys are what --only takes.
 SCENARIOS: dict[str, tuple[str, str]] = {
     "raw": ("bench.scenarios.raw", "raw hop: azure-storage-queue send + receive + delete"),
+    "raw_bundled": ("bench.scenarios.raw_bundled",
+                    "raw hop, bundling sends: one send at a time, what waits goes together"),
     "eo_hop": ("bench.scenarios.eo_hop", "exactly-once command hop, storage ops counted"),
     "fanout3": ("bench.scenarios.fanout", "exactly-once event fan-out to 3 subscribers"),
     "kombu": ("bench.scenarios.kombu_peer", "kombu azurestoragequeues publish + consume"),

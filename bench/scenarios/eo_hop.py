@@ -39,7 +39,7 @@ from bus.observability.propagation import TRACEPARENT
 
 
 def run(cfg: BenchConfig, telemetry: Telemetry | None = None) -> ScenarioResult:
-    with installation(hop_endpoints(), telemetry) as inst:
+    with installation(hop_endpoints(), cfg.latency_ms, telemetry) as inst:
 
         def send(seq: int) -> None:
             inst.client.send(Ping(seq=seq, key=partition_key(seq, cfg.partitions),

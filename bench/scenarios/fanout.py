@@ -26,7 +26,7 @@ from bench.workload import (
 
 def run(cfg: BenchConfig) -> ScenarioResult:
     events = max(1, cfg.messages // len(SUBSCRIBERS))
-    with installation(fanout_endpoints()) as inst:
+    with installation(fanout_endpoints(), cfg.latency_ms) as inst:
 
         def publish(seq: int) -> None:
             inst.client.publish(Pinged(seq=seq, key=partition_key(seq, cfg.partitions),

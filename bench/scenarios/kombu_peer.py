@@ -20,7 +20,8 @@ import kombu
 from bench.config import BenchConfig
 from bench.harness import BenchError, Flow, ScenarioResult, run_load, shares
 from bench.wire import counting_requests
-from devhost.azurite import ACCOUNT, KEY, azurite
+from bench.emulator import azurite
+from devhost.azurite import ACCOUNT, KEY
 
 QUEUE = "bench-kombu"
 
@@ -43,7 +44,7 @@ def connect(url: str, idle_poll: float) -> Any:
 
 
 def run(cfg: BenchConfig) -> ScenarioResult:
-    with azurite() as connection, counting_requests(connection) as wire:
+    with azurite(cfg.latency_ms) as connection, counting_requests(connection) as wire:
         url = kombu_url(connection)
         with connect(url, cfg.idle_poll) as setup:
             setup.SimpleQueue(QUEUE).close()  # declare the queue before the clock starts

@@ -73,7 +73,7 @@ def run(cfg: BenchConfig) -> ScenarioResult:
         if delay > 0:
             time.sleep(delay)
 
-    with installation(hop_endpoints(observe=stamps.handled)) as inst:
+    with installation(hop_endpoints(observe=stamps.handled), cfg.latency_ms) as inst:
 
         def send(seq: int) -> None:
             inst.client.send(Ping(seq=seq, key=partition_key(seq, cfg.partitions),

@@ -198,7 +198,7 @@ def session_run(cfg: BenchConfig, index: int) -> HopRun:
         raise BenchError(f"sessions: {cfg.sessions} sessions do not share out over "
                          f"{cfg.producers} producers (each session needs one producer)")
     runs, order = HandlerRuns(), OrderCheck()
-    with installation(session_endpoints(runs, order)) as inst:
+    with installation(session_endpoints(runs, order), cfg.latency_ms) as inst:
 
         def send(seq: int) -> None:
             inst.client.send(Ping(seq=seq, key=session_key(seq, cfg.sessions),

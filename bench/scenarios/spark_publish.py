@@ -322,13 +322,13 @@ def run(cfg: BenchConfig) -> ScenarioResult:
         from spark.session import local_session  # the sample jobs' settings
     except ImportError as exc:  # pyspark missing
         raise BenchError(f"spark: {exc}") from exc
-    from devhost.azurite import azurite
+    from bench.emulator import azurite
 
     runs: list[Run] = []
     sessions: dict[int, dict[str, float]] = {}
     read: ReadRun | None = None
     try:
-        with azurite() as connection:
+        with azurite(cfg.latency_ms) as connection:
             for cores in cfg.spark_cores:
                 began = time.perf_counter()
                 spark = local_session(f"bench-spark-local-{cores}", master=f"local[{cores}]")
