@@ -3,6 +3,7 @@
     python -m bench                    # full run (7-10.5 minutes): bench/results/latest.md
     python -m bench --quick            # about 3 minutes: bench/results/quick.md
     python -m bench --only raw,eo_hop  # some scenarios (the others report null)
+    python -m bench --latency-ms 0     # against Azurite directly (default: 5 ms per request)
     python -m bench --only spark --spark-rows 4000 --spark-runs 3   # Spark writes only
     python -m bench --only sessions --session-rounds 3   # ordered sessions vs unordered hop
     python -m bench --only tracing --tracing-rounds 3    # the hop, tracing off vs SDK on
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from bench import machine, prices, report
 from bench.config import FULL, QUICK
+from bench.emulator import round_trips
 from bench.harness import BenchError, ScenarioResult, progress
 from bench.scenarios import SCENARIOS, runner
 
@@ -35,6 +37,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer messages, about 3 minutes")
     parser.add_argument("--messages", type=int, help="messages per throughput scenario")
+    parser.add_argument("--latency-ms", type=float,
+                        help="milliseconds added to every storage request by the delay proxy "
+                             "(default 5; 0: Azurite directly)")
     parser.add_argument("--concurrency", type=int, help="consumer threads (at most 10 advised)")
     parser.add_argument("--producers", type=int, help="producer threads")
     parser.add_argument("--latency-seconds", type=float, help="length of the latency run")
@@ -63,7 +68,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     cfg = QUICK if args.quick else FULL
-    overrides = {"messages": args.messages, "concurrency": args.concurrency,
+    overrides = {"messages": args.messages, "latency_ms": args.latency_ms, "concurrency": args.concurrency,
                  "producers": args.producers, "latency_seconds": args.latency_seconds,
                  "spark_rows": args.spark_rows, "spark_runs": args.spark_runs,
                  "spark_cores": args.spark_cores, "sessions": args.sessions,
@@ -86,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     progress(f"bench: {'quick' if cfg.quick else 'full'} run, {cfg.messages} messages, "
              f"{cfg.concurrency} consumer threads, {cfg.producers} producers; "
              f"scenarios {', '.join(keys)}")
+    trips = round_trips(cfg.latency_ms) if cfg.latency_ms > 0 else None
+    if trips is not None:
+        progress(f"bench: a storage request takes {trips[0]:.1f} ms to Azurite, {trips[1]:.1f} "
+                 f"ms through the delay proxy ({cfg.latency_ms:g} ms added: Azure's 5-10 ms)")
     results: dict[str, ScenarioResult] = {}
     failures: dict[str, str] = {}
     for number, key in enumerate(SCENARIOS, 1):
@@ -107,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                  f"{time.monotonic() - begun:.0f} s with Azurite); checked: {result.verified}")
     info = report.RunInfo(cfg=cfg, machine=machine.describe(),
                           started=started.strftime("%Y-%m-%d %H:%M UTC"),
+                          round_trips=trips,
                           seconds=time.monotonic() - clock,
                           command="python -m bench " + " ".join(sys.argv[1:] if argv is None
                                                                 else argv))

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 from bench.config import BenchConfig
 from bench.cpu import CpuUse
+from bench.partitions import Budget, LoadBook, recording
 from bench.harness import BenchError, Flow, poll_until_stopped, run_load, shares
 from bench.wire import WireCounter, counting_requests
 from bus import Bus, Endpoint
@@ -85,6 +86,9 @@ class Installation:
     probe: AckProbe
     wire: WireCounter
     """HTTP requests, by the side (thread) that sent them."""
+    book: LoadBook
+    """What the endpoints' requests drew on Azure's per-partition, per-queue and per-account
+    budgets (``bench.partitions``); the client's are left out, as in the counts."""
 
 
 @contextlib.contextmanager
@@ -97,15 +101,17 @@ def installation(endpoints: Sequence[Endpoint], latency_ms: float,
     installed globally, which the benchmark never does."""
     with azurite(latency_ms) as connection, counting_requests(connection) as wire:
         plain = AzureStorage.from_connection_string(connection)
-        probe = AckProbe(plain.queues)
-        storage, counter = counting_storage(Storage(queues=probe, blobs=plain.blobs,
-                                            tables=plain.tables))
+        book = LoadBook()
+        loaded = recording(plain, book)
+        probe = AckProbe(loaded.queues)
+        storage, counter = counting_storage(Storage(queues=probe, blobs=loaded.blobs,
+                                            tables=loaded.tables))
         bus = Bus(storage, endpoints, telemetry=telemetry)
         bus.provision()
         counter.reset()
         client = Bus(AzureStorage.from_connection_string(connection), endpoints,
                      telemetry=telemetry)
-        yield Installation(bus, client, plain, counter, probe, wire)
+        yield Installation(bus, client, plain, counter, probe, wire, book)
 
 
 @dataclass
@@ -121,6 +127,8 @@ class LoadOutcome:
     cpu: CpuUse
     client_group: dict[str, int]
     """The client's send group: flushes, and the copies that shared one with others."""
+    draws: dict[Budget, int]
+    """The endpoints' draws on Azure's budgets (``bench.partitions``)."""
 
 
 def drive(inst: Installation, cfg: BenchConfig, *, consume: Sequence[str], messages: int,
@@ -167,9 +175,11 @@ def drive(inst: Installation, cfg: BenchConfig, *, consume: Sequence[str], messa
 
     inst.counter.reset()
     inst.wire.reset()
+    inst.book.reset()
     used = run_load(flow, [producer(s) for s in shares(messages, producers or cfg.producers)],
              [consumer(crew) for crew in crews], cfg.timeout)
     ops, errors = inst.counter.snapshot(), inst.counter.errors()
+    draws = inst.book.snapshot()
     outcomes: Counter[str] = Counter()
     for crew in crews:
         for worker in crew:
@@ -178,7 +188,7 @@ def drive(inst: Installation, cfg: BenchConfig, *, consume: Sequence[str], messa
     return LoadOutcome(flow, outcomes, ops, errors, inst.wire.side("consumer"),
                        inst.wire.side("producer"), used,
                        {"flushes": group.flushes if group else 0,
-                        "grouped": group.grouped if group else 0})
+                        "grouped": group.grouped if group else 0}, draws)
 
 
 def check_outcomes(scenario: str, outcomes: Counter[str],

@@ -9,6 +9,7 @@ from typing import Any
 
 from bench.config import BenchConfig
 from bench.harness import ScenarioResult
+from bench.partitions import Ceiling, describe, target
 from bench.prices import PriceTable
 
 OpKey = tuple[str, str]
@@ -19,7 +20,10 @@ not on what moving a message takes. Reported, but not part of the per-hop count.
 # The keys of the JSON line (docs/performance.md), in order.
 REQUIRED = ("raw_hop_msgs_per_s", "eo_hop_msgs_per_s", "eo_to_raw_ratio", "fanout3_msgs_per_s",
             "kombu_msgs_per_s", "ops_per_eo_hop", "usd_per_million_eo_hops", "p50_ms",
-            "p99_ms")
+            "p99_ms", "latency_ms_per_request", "raw_bundled_hop_msgs_per_s",
+            "eo_to_raw_bundled_ratio", "functions_hop_msgs_per_s", "functions_to_eo_ratio",
+            "functions_requests_per_hop", "usd_per_million_functions_hops", "token_shards",
+            "endpoint_ceiling_msgs_per_s_azure", "sessions_set_aside_ratio")
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,9 @@ class RunInfo:
     seconds: float
     """Wall time of the whole run, Azurite starts included."""
     command: str
+    round_trips: tuple[float, float] | None = None
+    """The median round trip of a tiny request to Azurite, direct and through the delay proxy
+    (ms); None when no latency was injected."""
 
 
 def per_unit(ops: Mapping[OpKey, int], units: int) -> dict[OpKey, float]:
@@ -48,7 +55,7 @@ def summary(results: Mapping[str, ScenarioResult], prices: PriceTable,
     def rate(key: str) -> float | None:
         return results[key].rate if key in results else None
 
-    raw, eo = rate("raw"), rate("eo_hop")
+    raw, eo, bundled = rate("raw"), rate("eo_hop"), rate("raw_bundled")
     ops_eo = per_unit(results["eo_hop"].extra["ops"], results["eo_hop"].units) \
         if "eo_hop" in results else None
     ops_fan = per_unit(results["fanout3"].extra["ops"], results["fanout3"].units) \
@@ -60,6 +67,7 @@ def summary(results: Mapping[str, ScenarioResult], prices: PriceTable,
         if "eo_hop" in results else None
     cpu_eo = results["eo_hop"].extra["cpu"].per_unit_ms(results["eo_hop"].units) \
         if "eo_hop" in results else (None, None)
+    kombu = rate("kombu")
     spark = _spark_keys(results.get("spark"))
     sessions = _session_keys(results.get("sessions"))
     tracing = _tracing_keys(results.get("tracing"))
@@ -67,6 +75,13 @@ def summary(results: Mapping[str, ScenarioResult], prices: PriceTable,
         "raw_hop_msgs_per_s": _round(raw, 1),
         "eo_hop_msgs_per_s": _round(eo, 1),
         "eo_to_raw_ratio": _round(eo / raw, 3) if eo is not None and raw else None,
+        "latency_ms_per_request": cfg.latency_ms,
+        "raw_bundled_hop_msgs_per_s": _round(bundled, 1),
+        "eo_to_raw_bundled_ratio": _round(eo / bundled, 3) if eo is not None and bundled
+        else None,
+        "eo_to_kombu_ratio": _round(eo / kombu, 3) if eo is not None and kombu else None,
+        **_functions_keys(),
+        **_ceiling_keys(results.get("eo_hop")),
         "fanout3_msgs_per_s": _round(rate("fanout3"), 1),
         "kombu_msgs_per_s": _round(rate("kombu"), 1),
         "ops_per_eo_hop": _round(sum(ops_eo.values()), 2) if ops_eo is not None else None,
@@ -91,6 +106,43 @@ def summary(results: Mapping[str, ScenarioResult], prices: PriceTable,
         "commit": commit,
     }
     return out
+
+
+FUNCTIONS_KEYS = ("functions_hop_msgs_per_s", "functions_to_eo_ratio",
+                  "functions_requests_per_hop", "usd_per_million_functions_hops")
+"""The Functions-path keys of the JSON line. No scenario drives the hop through the Functions
+host yet: null, never a made-up number (docs/performance.md, "Not measured yet")."""
+
+
+def _functions_keys() -> dict[str, Any]:
+    return dict.fromkeys(FUNCTIONS_KEYS)
+
+
+CEILING_KEYS = ("token_shards", "endpoint_ceiling_msgs_per_s_azure",
+                "account_ceiling_msgs_per_s_azure")
+"""The partition-budget model's keys (``bench.partitions``): the token partitions the hop's
+endpoint used, the modelled ceiling of an endpoint in a chain of handlers at Azure's
+per-partition and per-queue targets, and the account's at its request target."""
+
+
+def _ceiling_keys(result: ScenarioResult | None) -> dict[str, Any]:
+    if result is None or "ceiling" not in result.extra:
+        return dict.fromkeys(CEILING_KEYS)
+    found: Ceiling = result.extra["ceiling"]
+    return {"token_shards": result.extra["token_shards"],
+            "endpoint_ceiling_msgs_per_s_azure": round(found.msgs_per_s),
+            "account_ceiling_msgs_per_s_azure": round(found.account_msgs_per_s)}
+
+
+def _ceiling_section(result: ScenarioResult) -> list[str]:
+    found: Ceiling = result.extra["ceiling"]
+    per = sorted(result.extra["chained"].items(), key=lambda item: -item[1])[:8]
+    rows = [["/".join(budget), f"{n / result.units:.3f}", f"{target(budget):,.0f}",
+             f"{target(budget) * result.units / n:,.0f}"] for budget, n in per]
+    return [f"The exactly-once hop's requests replayed against Azure's scalability targets "
+            f"(`bench.partitions`), for an endpoint in a chain of handlers like it: "
+            f"**{describe(found)}**.", "",
+            *_table(["budget", "draw per message", "target per s", "ceiling msgs/s"], rows)]
 
 
 SPARK_KEYS = ("spark_publish_rows_per_s", "spark_raw_rows_per_s", "spark_publish_to_raw_ratio",
@@ -118,6 +170,7 @@ def _spark_keys(result: ScenarioResult | None) -> dict[str, Any]:
 
 SESSION_KEYS = ("sessions_msgs_per_s", "sessions_eo_msgs_per_s", "sessions_to_eo_ratio",
                 "sessions_ops_per_msg", "sessions_eo_ops_per_msg", "sessions_set_aside",
+                "sessions_set_aside_ratio",
                 "sessions_messages", "sessions_client_requests_per_msg",
                 "sessions_eo_client_requests_per_msg", "sessions_same_partitions_msgs_per_s",
                 "sessions_to_same_partitions_ratio", "sessions_same_partitions_ops_per_msg")
@@ -140,6 +193,8 @@ def _session_keys(result: ScenarioResult | None) -> dict[str, Any]:
         "sessions_ops_per_msg": _round(ses["ops_per_msg"], 2),
         "sessions_eo_ops_per_msg": _round(eo["ops_per_msg"], 2),
         "sessions_set_aside": ses["set_aside"],
+        "sessions_set_aside_ratio": _round(ses["set_aside"] / ses["messages"], 3)
+        if ses["messages"] else None,
         "sessions_messages": ses["messages"],
         "sessions_client_requests_per_msg": _round(ses["client_per_msg"], 2),
         "sessions_eo_client_requests_per_msg": _round(eo["client_per_msg"], 2),
@@ -411,6 +466,17 @@ def _per(counts: Mapping[OpKey, int], units: int) -> dict[OpKey, float]:
     return per_unit(counts, units) if units else {}
 
 
+def _latency_line(info: RunInfo) -> str:
+    if info.round_trips is None:
+        return ("No latency injected: every scenario ran against Azurite on loopback (about "
+                "1 ms per request; Azure's is 5-10 ms).")
+    direct, proxied = info.round_trips
+    return (f"Latency: every storage request of every scenario went through a loopback proxy "
+            f"adding {info.cfg.latency_ms:g} ms (`bench.delay`); a tiny request took "
+            f"{direct:.1f} ms to Azurite directly and {proxied:.1f} ms through the proxy "
+            "(Azure Storage from a function in the same region: 5-10 ms).")
+
+
 def markdown(info: RunInfo, *, results: Mapping[str, ScenarioResult],
              failures: Mapping[str, str], titles: Mapping[str, str], data: Mapping[str, Any],
              prices: PriceTable) -> str:
@@ -429,6 +495,8 @@ def markdown(info: RunInfo, *, results: Mapping[str, ScenarioResult],
         "## Settings",
         "",
         *_table(["setting", "value"], [[k, v] for k, v in cfg.as_dict().items()]),
+        "",
+        _latency_line(info),
         "",
         "## Throughput",
         "",
@@ -479,6 +547,9 @@ def markdown(info: RunInfo, *, results: Mapping[str, ScenarioResult],
         if key in results:
             lines += ["", f"### Storage operations {heading}", ""]
             lines += _ops_table(results[key], prices, unit, units)
+    lines += ["", "## Azure's per-partition budgets: the modelled ceiling of one endpoint", ""]
+    lines += _ceiling_section(results["eo_hop"]) if "eo_hop" in results else [
+        failures.get("eo_hop", "not run")]
     lines += ["", "## Spark: tasks publishing rows (bus vs raw send loop)", ""]
     lines += _spark_section(results["spark"]) if "spark" in results else [
         failures.get("spark", "not run")]

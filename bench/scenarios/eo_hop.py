@@ -24,6 +24,7 @@ import time
 from bench.busrun import check_outcomes, count_signals, drive, installation
 from bench.config import BenchConfig
 from bench.harness import BenchError, ScenarioResult
+from bench.partitions import EndpointBudgets, ceiling, in_chain
 from bench.workload import (
     HOP_FROM,
     HOP_TO,
@@ -58,6 +59,11 @@ def run(cfg: BenchConfig, telemetry: Telemetry | None = None) -> ScenarioResult:
 
         pong_messages, pongs = count_signals(inst.plain.queues, names.queue(HOP_TO), look)
         slots = inst.bus.parts.receiver(HOP_FROM).slots
+        budgets = {name: EndpointBudgets(names.queue(name), names.tokens_table, name,
+                                         names.state_table(name))
+                   for name in (HOP_FROM, HOP_TO)}
+        chained = in_chain(load.draws, budgets[HOP_FROM], budgets[HOP_TO])
+        limit = ceiling(chained, cfg.messages)
         if pongs < cfg.messages:
             raise BenchError(f"eo hop: only {pongs} Pong signals for {cfg.messages} hops")
     check_outcomes("eo hop", load.outcomes)
@@ -73,4 +79,8 @@ def run(cfg: BenchConfig, telemetry: Telemetry | None = None) -> ScenarioResult:
                "outcomes": dict(load.outcomes),
                "pong_signals": pongs, "pong_messages": pong_messages,
                "traced_pongs": traced,
-               "slot_cache": {"hits": slots.hits, "stale": slots.stale}})
+               "slot_cache": {"hits": slots.hits, "stale": slots.stale},
+               "ceiling": limit, "chained": chained,
+               "token_shards": sum(1 for budget in load.draws
+                                   if budget[:2] == ("table", names.tokens_table)
+                                   and budget[2].startswith(HOP_FROM))})
