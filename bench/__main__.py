@@ -68,7 +68,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     cfg = QUICK if args.quick else FULL
-    overrides = {"messages": args.messages, "latency_ms": args.latency_ms, "concurrency": args.concurrency,
+    overrides = {"messages": args.messages, "latency_ms": args.latency_ms,
+                 "concurrency": args.concurrency,
                  "producers": args.producers, "latency_seconds": args.latency_seconds,
                  "spark_rows": args.spark_rows, "spark_runs": args.spark_runs,
                  "spark_cores": args.spark_cores, "sessions": args.sessions,

@@ -18,8 +18,9 @@ from dataclasses import dataclass, replace
 
 from bench.config import BenchConfig
 from bench.cpu import CpuUse
-from bench.partitions import Budget, LoadBook, recording
+from bench.emulator import azurite
 from bench.harness import BenchError, Flow, poll_until_stopped, run_load, shares
+from bench.partitions import Budget, LoadBook, recording
 from bench.wire import WireCounter, counting_requests
 from bus import Bus, Endpoint
 from bus.adapters.azure import AzureStorage
@@ -29,7 +30,6 @@ from bus.protocol.copies.bundles import parts
 from bus.storage import QueueMessage, Queues, Storage
 from bus.testing.counting import OpCounter, counting_storage
 from bus.testing.transport import ForwardingQueues
-from bench.emulator import azurite
 
 
 class AckProbe(ForwardingQueues):

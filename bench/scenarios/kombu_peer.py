@@ -18,9 +18,9 @@ from typing import Any
 import kombu
 
 from bench.config import BenchConfig
+from bench.emulator import azurite
 from bench.harness import BenchError, Flow, ScenarioResult, run_load, shares
 from bench.wire import counting_requests
-from bench.emulator import azurite
 from devhost.azurite import ACCOUNT, KEY
 
 QUEUE = "bench-kombu"
