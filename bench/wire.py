@@ -78,7 +78,10 @@ class WireCounter:
         service = self._ports.get(port or 0)
         if service is None:
             return
-        side = threading.current_thread().name.split("-", 1)[0]
+        name = threading.current_thread().name
+        # A receiver's round runs its independent requests on the bus's lanes (threads named
+        # bus-round-*): the endpoints' side.
+        side = "consumer" if name.startswith("bus-round") else name.split("-", 1)[0]
         operation = classify(service, method, url)
         if operation == "receive" and body is not None and b"<QueueMessage>" not in body:
             operation = "receive_empty"  # as the port counter names an idle poll

@@ -33,6 +33,7 @@ from bus.protocol.poison.poisoning import Poisoning
 from bus.protocol.poison.queue import PoisonQueue
 from bus.protocol.receive.admission import Admission, EndpointRouting, Routing
 from bus.protocol.receive.handling import Handling
+from bus.protocol.receive.lanes import Lanes
 from bus.protocol.receive.receiver import Receiver
 from bus.protocol.receive.settle import Settler
 from bus.protocol.receive.slotcache import SlotCache
@@ -85,6 +86,8 @@ class Parts:
                          if self.telemetry.storage_metrics else storage)
         """The storage the protocol's requests go through."""
         self.settings = settings or Settings()
+        self.lanes = Lanes(seams.lanes, self.settings.round_concurrency)
+        """Where every receiver of this bus runs its rounds' independent requests."""
         self.serializer: Serializer = serializer or JsonSerializer()
         self.topics = Topics(self.observed.blobs, self.names.topic_container)
         self.inbox = Inbox(self.observed.tables, self.names.tokens_table)
@@ -245,7 +248,7 @@ class Parts:
             admission=admission, handling=handling, poisoning=poisoning, inbox=self.inbox,
             outbox=outbox, payloads=self.payloads, dispatcher=self.dispatcher(outbox),
             safeguards=self.safeguards, slots=SlotCache(self.settings.slot_cache_size),
-            telemetry=self.telemetry,
+            lanes=self.lanes, telemetry=self.telemetry,
             parent_on_message=self.settings.process_span_parent == "message",
             stats=self.stats_book(endpoint.name))
 

@@ -36,3 +36,7 @@ class Seams:
         max_workers=workers, thread_name_prefix="bus-send"))
     """Where ``send_many`` runs up to that many sends at once (the simulation's actors share
     one thread: there, one after another)."""
+    lanes: Callable[[int], Executor] = field(default=lambda workers: ThreadPoolExecutor(
+        max_workers=workers, thread_name_prefix="bus-round"))
+    """Where a claim round runs up to that many independent requests at once
+    (``bus.protocol.receive.lanes``; in the simulation, one after another)."""

@@ -64,6 +64,11 @@ class Settings(BaseModel):
     so the next message of a partition is claimed without reading the slot again
     (``bus.protocol.receive.slotcache``; 0 turns it off). The commit's compare-and-swap still
     decides."""
+    round_concurrency: int = Field(8, ge=1)
+    """Storage requests of one claim round a worker makes at once: its slot loads, its commits
+    and its acknowledgements touch different partitions and messages, so they go side by side
+    (``bus.protocol.receive.lanes``) instead of one round trip after another. 1 makes them one
+    at a time."""
     release_resend_seconds: float = Field(300.0, gt=0)
     """A released deferral still unprocessed after this long gets its signal sent again by the
     sweeper (the release may have stopped between its two steps)."""

@@ -111,9 +111,8 @@ class Worker:
         if self._keeper is None:
             yield message
             return
-        with self._keeper.lock:
-            yield self._keeper.current(message)
-            self._keeper.forget(message)
+        with self._keeper.settling(message) as current:
+            yield current
 
     def delete(self, message: QueueMessage) -> None:
         """Every part of ``message`` is settled (``Host.delete``)."""

@@ -25,7 +25,7 @@ from azure.data.tables import EdmType, EntityProperty, TableServiceClient, Updat
 from azure.storage.blob import BlobServiceClient
 from azure.storage.queue import QueueServiceClient
 
-from bus.adapters.azure import transactions
+from bus.adapters.azure import queries, transactions
 from bus.adapters.azure.http import LeanSession
 from bus.storage.errors import (
     Conflict,
@@ -98,6 +98,8 @@ def _mapped(exc: Exception) -> Exception | None:
         return _by_status(exc, text)
     if isinstance(exc, transactions.BatchRejected):
         return _status_error(exc.status, "", text, None, exc)
+    if isinstance(exc, queries.QueryRejected):
+        return _status_error(exc.status, exc.code, text, exc.retry_after, exc)
     if isinstance(exc, transactions.PayloadTooLarge):
         return TooLarge(text)
     return None
@@ -291,10 +293,9 @@ class AzureTables:
                 f"RowKey eq @{name}" for name in names) + " )"
             parameters = {"pk": partition_key, **dict(zip(names, chunk, strict=True))}
             with _translated():
-                pages = self._client(table).query_entities(
-                    query, parameters=parameters).by_page()
-                found.update((entity.row_key, entity) for entity in map(_entity, next(pages, [])))
-                if pages.continuation_token is not None:
+                page = queries.query(self._client(table), query, parameters)
+                found.update((entity.row_key, entity) for entity in map(_entity, page.rows))
+                if page.more:
                     # The service may end a page early (a page can even be empty): the rows
                     # of two pages are not one snapshot, which a claim relies on.
                     raise TransientError("the service answered in pages: not one snapshot")

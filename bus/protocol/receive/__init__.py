@@ -6,6 +6,8 @@
                   one.
 * ``handling``  - R5: the handler run against its partition, with immediate retries.
 * ``slotcache`` - claims from the memory of this process's own commits.
+* ``lanes``     - a round's independent requests (slot loads, commits, acknowledgements) side
+                  by side.
 * ``settle``    - a message's unfinished record completed before its poisoned token goes (a
                   purge).
 """

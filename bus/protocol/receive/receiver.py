@@ -36,8 +36,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
+from functools import partial
 
 from bus.envelope import Envelope
 from bus.errors import Contention, UnreadableRecord
@@ -59,6 +61,7 @@ from bus.protocol.outbox.slot import ClaimLost, Outbox, Slot
 from bus.protocol.poison.poisoning import Poisoning
 from bus.protocol.receive.admission import Admission, Admitted, expired
 from bus.protocol.receive.handling import Handling
+from bus.protocol.receive.lanes import Lanes
 from bus.protocol.receive.slotcache import SlotCache
 from bus.protocol.records import OutboxRecord, Phase, RecordKey
 from bus.protocol.safeguards import Safeguards
@@ -108,6 +111,10 @@ def _one_per_partition(waiting: list[_Claim]) -> tuple[list[_Claim], list[_Claim
     return turn, later
 
 
+def _unused_pool(workers: int) -> Executor:
+    raise AssertionError("lanes of width 1 run their tasks on the caller's thread")
+
+
 def _processed(slot: Slot) -> Outcome:
     deferred = slot.record is not None and slot.record.deferred_signal is not None
     return Outcome.DEFERRED if deferred else Outcome.PROCESSED
@@ -119,10 +126,13 @@ class Receiver:
     def __init__(self, *, admission: Admission[Admitted], handling: Handling, poisoning: Poisoning,
                  inbox: Inbox, outbox: Outbox, payloads: Payloads, dispatcher: Dispatcher,
                  safeguards: Safeguards, slots: SlotCache | None = None,
+                 lanes: Lanes | None = None,
                  telemetry: Telemetry | None = None, parent_on_message: bool = False,
                  stats: StatsBook | None = None) -> None:
-        """``parent_on_message``: ``Settings.process_span_parent`` is ``message``;
-        ``stats``: where each signal's outcome and processing time is tallied."""
+        """``lanes``: where a round's independent requests run side by side (one after
+        another without); ``parent_on_message``: ``Settings.process_span_parent`` is
+        ``message``; ``stats``: where each signal's outcome and processing time is
+        tallied."""
         self.poisoning = poisoning
         self._stats = stats
         self._telemetry = telemetry or Telemetry()
@@ -135,6 +145,7 @@ class Receiver:
         self._dispatcher = dispatcher
         self._safeguards = safeguards
         self._slots = slots if slots is not None else SlotCache(0)
+        self._lanes = lanes if lanes is not None else Lanes(_unused_pool, 1)
 
     @property
     def endpoint(self) -> str:
@@ -273,18 +284,27 @@ class Receiver:
 
     def _load_slots(self, turn: list[_Claim], results: dict[int, Delivery | Exception],
                     ) -> list[tuple[_Claim, Slot]]:
-        """R3: each claim's slot (remembered, or read with its declared rows)."""
+        """R3: each claim's slot (remembered, or read with its declared rows), side by
+        side."""
         loaded: list[tuple[_Claim, Slot]] = []
-        for claim in turn:
-            try:
-                with claim.processing.active():
-                    loaded.append((claim, self._slot(claim.decoded)))
-            except UnreadableRecord as exc:
-                with claim.processing.active():
-                    results[claim.index] = self._unreadable(claim, exc)
-            except Exception as exc:
-                results[claim.index] = exc
+        found = self._lanes.run([partial(self._load_slot, claim) for claim in turn])
+        for claim, slot in zip(turn, found, strict=True):
+            if isinstance(slot, Slot):
+                loaded.append((claim, slot))
+            else:
+                results[claim.index] = slot
         return loaded
+
+    def _load_slot(self, claim: _Claim) -> Slot | Delivery | Exception:
+        """One claim's R3: its slot, or what became of a claim whose slot cannot be read."""
+        try:
+            with claim.processing.active():
+                return self._slot(claim.decoded)
+        except UnreadableRecord as exc:
+            with claim.processing.active():
+                return self._unreadable(claim, exc)
+        except Exception as exc:
+            return exc
 
     def _unreadable(self, claim: _Claim, problem: UnreadableRecord) -> Delivery | Exception:
         """Poison a message whose partition's slot cannot be read (replayable once it can)."""
@@ -358,17 +378,25 @@ class Receiver:
 
     def _commit_all(self, ready: list[_Ready], results: dict[int, Delivery | Exception],
                     again: list[_Claim]) -> list[tuple[_Ready, Slot]]:
-        """R6 for each message of the round; a lost claim tries again."""
+        """R6 for each message of the round, side by side (each at its own partition's slot);
+        a lost claim tries again."""
         committed: list[tuple[_Ready, Slot]] = []
-        for r in ready:
-            try:
-                with r.claim.processing.active():
-                    committed.append((r, self._commit(r.slot, r.operations, r.record)))
-            except ClaimLost:
+        done = self._lanes.run([partial(self._commit_one, r) for r in ready])
+        for r, slot in zip(ready, done, strict=True):
+            if isinstance(slot, ClaimLost):
                 again.append(r.claim)
-            except Exception as exc:
-                results[r.claim.index] = exc
+            elif isinstance(slot, Exception):
+                results[r.claim.index] = slot
+            else:
+                committed.append((r, slot))
         return committed
+
+    def _commit_one(self, r: _Ready) -> Slot | Exception:
+        try:
+            with r.claim.processing.active():
+                return self._commit(r.slot, r.operations, r.record)
+        except Exception as exc:  # ClaimLost among them
+            return exc
 
     def _complete_all(self, committed: list[tuple[_Ready, Slot]],
                       results: dict[int, Delivery | Exception], again: list[_Claim],
@@ -376,29 +404,33 @@ class Receiver:
         """R7: the round's records completed together (``Dispatcher.complete_many``) -
         or handed off - and their signals acknowledged."""
         inline: list[tuple[_Ready, Slot]] = []
+        handed: list[_Ready] = []
         for r, slot in committed:
             handoff = self._handoff(r.claim.decoded, slot, inline_max)
             if handoff is None:
                 inline.append((r, slot))
             else:
-                r.claim.item.ack()
+                handed.append(r)
                 results[r.claim.index] = Delivery(_processed(slot), handoff)
+        self._lanes.run([r.claim.item.ack for r in handed])
         # The sends are bundled across the round's records: under the first one's span,
         # linked to every copy's create span.
         first = inline[0][0].claim.processing.active() if inline else nullcontext()
         with first:
             problems = self._dispatcher.complete_many([slot for _, slot in inline],
                                                       committed_by_me=True)
+        acks: list[Callable[[], None]] = []
         for (r, slot), problem in zip(inline, problems, strict=True):
             if problem is None:
                 self._remember(slot, r.slot, r.operations)
-                r.claim.item.ack()
+                acks.append(r.claim.item.ack)
                 results[r.claim.index] = Delivery(_processed(slot))
             elif isinstance(problem, ClaimLost):
                 self._slots.forget(slot.partition)
                 again.append(r.claim)  # someone else moved the slot on: look again
             else:
                 results[r.claim.index] = problem  # unknown: the redelivery finishes it
+        self._lanes.run(acks)  # each outcome is durable: the acknowledgements side by side
 
     @staticmethod
     def _token_keys(d: Admitted, slot: Slot) -> list[str]:

@@ -114,7 +114,8 @@ def run_once(seed: int, safeguards: Safeguards | None = None,
         seams = Seams(clock=(lambda: world.now() + offset) if offset else world.now,
                       new_id=world.new_id, sleep=world.sleep,
                       safeguards=safeguards or Safeguards(), random=world.rng.random,
-                      gate=lambda: Gate(world), pool=briefs.inline_pool)
+                      gate=lambda: Gate(world), pool=briefs.inline_pool,
+                      lanes=briefs.inline_pool)
         endpoints = build(knobs, world.rng.random, world.new_id, releases)
         if plan_briefs is not None:
             endpoints += briefs.endpoints(plan_briefs, retry_policy(knobs), world.rng.random,
