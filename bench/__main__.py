@@ -40,7 +40,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--latency-ms", type=float,
                         help="milliseconds added to every storage request by the delay proxy "
                              "(default 5; 0: Azurite directly)")
-    parser.add_argument("--concurrency", type=int, help="consumer threads (at most 10 advised)")
+    parser.add_argument("--concurrency", type=int,
+                        help="consumer threads of raw and kombu (at most 10 advised)")
+    parser.add_argument("--loops", type=int,
+                        help="leasing loops per endpoint of the bus scenarios (default 1)")
     parser.add_argument("--producers", type=int, help="producer threads")
     parser.add_argument("--latency-seconds", type=float, help="length of the latency run")
     parser.add_argument("--spark-rows", type=int, help="rows per timed Spark write")
@@ -69,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     cfg = QUICK if args.quick else FULL
     overrides = {"messages": args.messages, "latency_ms": args.latency_ms,
-                 "concurrency": args.concurrency,
+                 "concurrency": args.concurrency, "loops": args.loops,
                  "producers": args.producers, "latency_seconds": args.latency_seconds,
                  "spark_rows": args.spark_rows, "spark_runs": args.spark_runs,
                  "spark_cores": args.spark_cores, "sessions": args.sessions,
@@ -90,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     table = prices.load()
     started, clock = datetime.now(timezone.utc), time.monotonic()
     progress(f"bench: {'quick' if cfg.quick else 'full'} run, {cfg.messages} messages, "
-             f"{cfg.concurrency} consumer threads, {cfg.producers} producers; "
+             f"{cfg.concurrency} consumer threads (the bus: {cfg.loops} leasing loop(s) per "
+             f"endpoint), {cfg.producers} producers; "
              f"scenarios {', '.join(keys)}")
     trips = round_trips(cfg.latency_ms) if cfg.latency_ms > 0 else None
     if trips is not None:

@@ -137,7 +137,7 @@ def drive(inst: Installation, cfg: BenchConfig, *, consume: Sequence[str], messa
           on_ack: Callable[[QueueMessage], None] | None = None,
           settled: Callable[[str], bool] | None = None) -> LoadOutcome:
     """Send ``messages`` (each delivered as ``copies`` signals to the ``consume`` endpoints)
-    with the producers while ``cfg.concurrency`` consumer threads process them.
+    with the producers while ``cfg.loops`` leasing loops per consumed endpoint process them.
 
     Each consumer thread owns one Worker per consumed endpoint and polls them in turn. The
     run ends at the last acknowledgement; the operation counts are taken right then.
@@ -156,7 +156,7 @@ def drive(inst: Installation, cfg: BenchConfig, *, consume: Sequence[str], messa
     inst.probe.on_ack = acked
     inst.probe.settled = settled or (lambda body: True)
     crews = [[Worker(inst.bus, name, batch_size=cfg.batch) for name in consume]
-             for _ in range(cfg.concurrency)]
+             for _ in range(cfg.loops)]
 
     def consumer(workers: list[Worker]) -> Callable[[threading.Event], None]:
         return lambda stop: poll_until_stopped(

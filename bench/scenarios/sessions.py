@@ -21,8 +21,8 @@ A hop is complete when its message's handler committed and the copy it ran for w
 acknowledged. A copy that arrives ahead of its turn is set aside: committed to the session
 row's waiting list, its token deferred and its signal acknowledged without running the
 handler; its predecessor's commit releases it (its token live again, its kept signal sent
-again - the same body). So an acknowledgement ends a hop only on a thread that ran the
-handler for its message (``HandlerRuns``): the set-aside copy's thread never has.
+again - the same body). So an acknowledgement ends a hop only once the handler ran for its
+message (``HandlerRuns``): when the set-aside copy is acknowledged, it has run nowhere yet.
 
 Checked: every partition's counter equals its Pings (exactly once); every session row has
 handled its Pings, numbered 1 to n, none waiting; the handler found no copy out of order; no
@@ -83,24 +83,27 @@ def session_key(seq: int, sessions: int) -> str:
 
 
 class HandlerRuns:
-    """The consumer threads that ran the handler for each message id. An acknowledgement
-    ends a hop only on one of them: a set-aside copy is acknowledged by a thread that did not
-    run the handler (it ran nowhere yet), and its released copy, the same body, by one that
-    did. Decoding the body to find its message id costs the session hop's threads about a
-    tenth of a millisecond per acknowledgement, which the unordered hop does not pay."""
+    """The message ids whose handler ran. An acknowledgement ends a hop only for one of them: a
+    set-aside copy is acknowledged before the handler ran for its message (it ran nowhere
+    yet), its released copy, the same body, after. Not by thread: a round's acknowledgements
+    go out on the bus's lanes, not on the thread that ran the handler
+    (``bus.protocol.receive.lanes``). A set-aside copy acknowledged late, once its released
+    copy's handler ran, ends the hop a little early, never twice (``AckProbe`` counts a body
+    once). Decoding the body to find its message id costs the session hop about a tenth of a
+    millisecond per acknowledgement, which the unordered hop does not pay."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._threads: dict[str, set[int]] = {}
+        self._ran: set[str] = set()
 
     def ran(self, message_id: str) -> None:
         with self._lock:
-            self._threads.setdefault(message_id, set()).add(threading.get_ident())
+            self._ran.add(message_id)
 
     def settled(self, body: str) -> bool:
         message_id = decode_signal(body).message_id
         with self._lock:
-            return threading.get_ident() in self._threads.get(message_id, ())
+            return message_id in self._ran
 
 
 class OrderCheck:

@@ -5,6 +5,12 @@ It leases batches of messages and keeps their leases while they are processed
 poisoned - is the settlement's (``bus.hosting.settlement``), the same rules the Functions
 trigger follows. As the Functions host does, a message is deleted only after its outcome is
 durable and a released one becomes visible again after a delay, its dequeue count grown.
+
+Run one worker per endpoint per process: each poll leases up to ``batch_size`` queue messages
+(32, the most one receive returns; a bundle carries up to 32 signals) and processes their
+signals as one round, whose independent requests go side by side
+(``Settings.round_concurrency``). More loops over one queue split it into smaller rounds,
+which cost more requests per message (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ log = logging.getLogger(__name__)
 
 
 class Worker:
-    def __init__(self, bus: Bus, endpoint: str, *, batch_size: int = 16,
+    def __init__(self, bus: Bus, endpoint: str, *, batch_size: int = 32,
                  retry_delay: float = 1.0, in_process_tries: int = 3,
                  sleep: Callable[[float], None] = time.sleep,
                  wait: wait_base | Callable[[RetryCallState], float] | None = None,
