@@ -10,7 +10,10 @@ connection waits ``2 d`` ms more for its response than it would without the prox
 
     python -m bench.delay --delay-ms 2.5 LISTEN_PORT:TARGET_PORT [...]
 
-prints ``ready`` once every listening port accepts, and runs until terminated. It is its own
+prints ``ready`` once every listening port accepts, and runs until terminated; on SIGUSR1 it
+prints one JSON line: the HTTP requests clients sent through it so far, by listening port,
+method and path (:class:`Requests`), for processes the benchmark cannot count from inside (the
+Functions worker). It is its own
 process, so its work does not share the measured Python process's interpreter lock (it shares
 the machine's cores, as Azurite does). Connections are held on both sides as the client opens
 them: the SDKs' connection pools (10 per service client) behave as they would against Azure.
@@ -21,19 +24,75 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 CHUNK = 1 << 16
 
 
+class Requests:
+    """Counts the HTTP/1.1 requests in one client-to-server byte stream: a request line and
+    headers, then a body of ``Content-Length`` bytes (or chunked); what the bytes say is
+    never changed."""
+
+    def __init__(self, record: Callable[[str, str], None]) -> None:
+        self._record = record
+        self._buffer = b""
+        self._body = 0  # body bytes still to skip
+        self._chunked = False
+
+    def feed(self, data: bytes) -> None:
+        self._buffer += data
+        while self._step():
+            pass
+
+    def _step(self) -> bool:
+        if self._chunked:
+            return self._chunk()
+        if self._body:
+            skipped = min(self._body, len(self._buffer))
+            self._body -= skipped
+            self._buffer = self._buffer[skipped:]
+            return bool(self._buffer) and not self._body
+        end = self._buffer.find(b"\r\n\r\n")
+        if end < 0:
+            return False
+        head, self._buffer = self._buffer[:end].decode("latin-1"), self._buffer[end + 4:]
+        line, *fields = head.split("\r\n")
+        method, _, rest = line.partition(" ")
+        self._record(method, rest.rpartition(" ")[0])
+        headers = {name.strip().lower(): value.strip()
+                   for name, _, value in (f.partition(":") for f in fields)}
+        self._chunked = headers.get("transfer-encoding", "").lower() == "chunked"
+        self._body = int(headers.get("content-length", "0") or 0)
+        return True
+
+    def _chunk(self) -> bool:
+        """Skip one chunk of a chunked body; the last (size 0) ends it."""
+        end = self._buffer.find(b"\r\n")
+        if end < 0:
+            return False
+        size = int(self._buffer[:end].split(b";")[0], 16)
+        if size == 0:
+            close = self._buffer.find(b"\r\n\r\n", end)
+            if close < 0:
+                return False
+            self._buffer, self._chunked = self._buffer[close + 4:], False
+            return True
+        if len(self._buffer) < end + 2 + size + 2:
+            return False
+        self._buffer = self._buffer[end + 2 + size + 2:]
+        return True
+
+
 async def _forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                   delay: float) -> None:
+                   delay: float, requests: Requests | None = None) -> None:
     """Copy ``reader`` to ``writer``, each chunk ``delay`` seconds after it was read, in order.
 
     Reading goes on while earlier chunks wait, so the delay is added once per chunk, not
@@ -45,6 +104,8 @@ async def _forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
         try:
             while data := await reader.read(CHUNK):
                 held.put_nowait((loop.time() + delay, data))
+                if requests is not None:
+                    requests.feed(data)
         except (ConnectionError, OSError):
             pass
         held.put_nowait((loop.time() + delay, b""))
@@ -70,7 +131,8 @@ async def _forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
 
 
 async def _connection(client_reader: asyncio.StreamReader,
-                      client_writer: asyncio.StreamWriter, target: int, delay: float) -> None:
+                      client_writer: asyncio.StreamWriter, target: int, delay: float,
+                      requests: Requests) -> None:
     try:
         server_reader, server_writer = await asyncio.open_connection("127.0.0.1", target)
     except OSError:
@@ -81,7 +143,7 @@ async def _connection(client_reader: asyncio.StreamReader,
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
-        await asyncio.gather(_forward(client_reader, server_writer, delay),
+        await asyncio.gather(_forward(client_reader, server_writer, delay, requests),
                              _forward(server_reader, client_writer, delay))
     finally:
         for writer in (client_writer, server_writer):
@@ -108,10 +170,21 @@ async def serve(routes: Sequence[tuple[int, int]], delay: float) -> None:
         delay = max(0.0, delay - await _overshoot(delay))
     servers = []
     live: set[asyncio.Task[None]] = set()  # the loop keeps only weak references to tasks
+    counts: dict[str, int] = {}
+
+    def report() -> None:
+        print(json.dumps(counts), flush=True)
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, report)
     for listen, target in routes:
         def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                   target: int = target) -> None:
-            task = asyncio.create_task(_connection(reader, writer, target, delay))
+                   target: int = target, listen: int = listen) -> None:
+            def record(method: str, path: str) -> None:
+                key = f"{listen} {method} {path}"
+                counts[key] = counts.get(key, 0) + 1
+
+            task = asyncio.create_task(_connection(reader, writer, target, delay,
+                                                   Requests(record)))
             live.add(task)
             task.add_done_callback(live.discard)
         servers.append(await asyncio.start_server(handle, "127.0.0.1", listen))
@@ -143,8 +216,28 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class Proxy(dict[int, int]):
+    """A running proxy: target port -> the port to use instead."""
+
+    def __init__(self, routes: dict[int, int], process: subprocess.Popen[str]) -> None:
+        super().__init__(routes)
+        self._process = process
+
+    def requests(self) -> dict[tuple[int, str, str], int]:
+        """The HTTP requests sent through the proxy so far, by (target port, method, path)."""
+        assert self._process.stdout is not None
+        self._process.send_signal(signal.SIGUSR1)
+        line = self._process.stdout.readline()
+        listen_to_target = {listen: target for target, listen in self.items()}
+        counts: dict[tuple[int, str, str], int] = {}
+        for key, n in json.loads(line).items():
+            listen, method, path = key.split(" ", 2)
+            counts[(listen_to_target[int(listen)], method, path)] = n
+        return counts
+
+
 @contextlib.contextmanager
-def delayed(targets: Sequence[int], latency_ms: float) -> Iterator[dict[int, int]]:
+def delayed(targets: Sequence[int], latency_ms: float) -> Iterator[Proxy]:
     """A proxy process in front of each of ``targets`` adding ``latency_ms`` to every request's
     round trip (half each way); yields target port -> the port to use instead. Always stopped
     afterwards."""
@@ -158,7 +251,7 @@ def delayed(targets: Sequence[int], latency_ms: float) -> Iterator[dict[int, int
         if line != "ready":
             raise RuntimeError(f"the delay proxy did not start (exit {process.poll()}): "
                                f"{line!r}")
-        yield routes
+        yield Proxy(routes, process)
     finally:
         process.terminate()
         try:

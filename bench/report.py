@@ -80,7 +80,7 @@ def summary(results: Mapping[str, ScenarioResult], prices: PriceTable,
         "eo_to_raw_bundled_ratio": _round(eo / bundled, 3) if eo is not None and bundled
         else None,
         "eo_to_kombu_ratio": _round(eo / kombu, 3) if eo is not None and kombu else None,
-        **_functions_keys(),
+        **_functions_keys(results.get("functions_hop"), eo, prices),
         **_ceiling_keys(results.get("eo_hop")),
         "fanout3_msgs_per_s": _round(rate("fanout3"), 1),
         "kombu_msgs_per_s": _round(rate("kombu"), 1),
@@ -109,13 +109,55 @@ def summary(results: Mapping[str, ScenarioResult], prices: PriceTable,
 
 
 FUNCTIONS_KEYS = ("functions_hop_msgs_per_s", "functions_to_eo_ratio",
-                  "functions_requests_per_hop", "usd_per_million_functions_hops")
-"""The Functions-path keys of the JSON line. No scenario drives the hop through the Functions
-host yet: null, never a made-up number (docs/performance.md, "Not measured yet")."""
+                  "functions_requests_per_hop", "usd_per_million_functions_hops",
+                  "functions_grouped_hop_msgs_per_s", "functions_grouped_requests_per_hop",
+                  "usd_per_million_functions_grouped_hops")
+"""The Functions-path keys of the JSON line (``bench.scenarios.functions_hop``): msgs/s, its
+ratio to scenario 2 (the polling worker's hop), requests per hop (the host's and the
+worker's, polling included) and their cost, with single sends; then the same with grouped
+sends."""
 
 
-def _functions_keys() -> dict[str, Any]:
-    return dict.fromkeys(FUNCTIONS_KEYS)
+def _functions_keys(result: ScenarioResult | None, eo: float | None,
+                    prices: PriceTable) -> dict[str, Any]:
+    if result is None:
+        return dict.fromkeys(FUNCTIONS_KEYS)
+    runs = {r.variant: r for r in result.extra["functions_runs"]}
+    single, grouped = runs["single"], runs["grouped"]
+
+    def usd(run: Any) -> float:
+        return prices.usd_per_million(per_unit(run.ops, run.messages))
+
+    return {
+        "functions_hop_msgs_per_s": _round(single.rate, 1),
+        "functions_to_eo_ratio": _round(single.rate / eo, 3) if eo else None,
+        "functions_requests_per_hop": _round(single.requests_per_hop, 2),
+        "usd_per_million_functions_hops": _round(usd(single), 3),
+        "functions_grouped_hop_msgs_per_s": _round(grouped.rate, 1),
+        "functions_grouped_requests_per_hop": _round(grouped.requests_per_hop, 2),
+        "usd_per_million_functions_grouped_hops": _round(usd(grouped), 3),
+    }
+
+
+def _functions_section(result: ScenarioResult, eo: float | None,
+                       prices: PriceTable) -> list[str]:
+    lines: list[str] = []
+    rows: list[list[Any]] = []
+    runs = result.extra["functions_runs"]
+    for r in runs:
+        per = per_unit(r.ops, r.messages)
+        rows.append([r.variant, r.messages, f"{r.seconds:.1f}", f"**{r.rate:.1f}**",
+                     f"{r.rate / eo:.3f}" if eo else "-", f"{r.requests_per_hop:.2f}",
+                     f"{prices.usd_per_million(per):.3f}"])
+    lines += _table(["client sends", "messages", "seconds", "msgs/s", "ratio to scenario 2",
+                     "requests per hop", "USD per million hops"], rows)
+    ops = sorted({key for r in runs for key in r.ops})
+    lines += ["", "Requests per hop by operation (the host's and the worker's, counted at the "
+              "delay proxy; polling included):", ""]
+    lines += _table(["service", "request", *(r.variant for r in runs)],
+                    [[s, o, *(f"{r.ops.get((s, o), 0) / r.messages:.3f}" for r in runs)]
+                     for s, o in ops])
+    return lines
 
 
 CEILING_KEYS = ("token_shards", "endpoint_ceiling_msgs_per_s_azure",
@@ -504,7 +546,7 @@ def markdown(info: RunInfo, *, results: Mapping[str, ScenarioResult],
     raw = results["raw"].rate if "raw" in results else None
     rows: list[list[Any]] = []
     for number, (key, title) in enumerate(titles.items(), 1):
-        if key in ("latency", "spark", "sessions", "tracing"):
+        if key in ("latency", "spark", "sessions", "tracing", "functions_hop"):
             continue
         if key in results:
             r = results[key]
@@ -547,6 +589,10 @@ def markdown(info: RunInfo, *, results: Mapping[str, ScenarioResult],
         if key in results:
             lines += ["", f"### Storage operations {heading}", ""]
             lines += _ops_table(results[key], prices, unit, units)
+    lines += ["", "## The Functions path: the hop through the host and the real worker", ""]
+    lines += _functions_section(
+        results["functions_hop"], results["eo_hop"].rate if "eo_hop" in results else None,
+        prices) if "functions_hop" in results else [failures.get("functions_hop", "not run")]
     lines += ["", "## Azure's per-partition budgets: the modelled ceiling of one endpoint", ""]
     lines += _ceiling_section(results["eo_hop"]) if "eo_hop" in results else [
         failures.get("eo_hop", "not run")]

@@ -26,6 +26,9 @@ SCENARIOS: dict[str, tuple[str, str]] = {
               "Spark tasks publishing rows: bus vs a raw send loop, local[n]"),
     "sessions": ("bench.scenarios.sessions",
                  "ordered sessions hop vs the unordered exactly-once hop, alternating"),
+    "functions_hop": ("bench.scenarios.functions_hop",
+                      "exactly-once hop through the Functions host and worker, single and "
+                      "grouped sends"),
     "tracing": ("bench.scenarios.tracing",
                 "exactly-once hop, tracing off vs an OpenTelemetry SDK recording, alternating"),
 }

@@ -89,8 +89,11 @@ def _hop(cfg: BenchConfig, *, bundled: bool) -> ScenarioResult:
         seen: set[int] = set()
         lock = threading.Lock()
         bundler = Bundler(producer_queue)
-        send: Send = bundler.send if bundled else \
-            (lambda seq: producer_queue.send_message(json.dumps([seq])))
+
+        def send_one(seq: int) -> None:
+            producer_queue.send_message(json.dumps([seq]))
+
+        send: Send = bundler.send if bundled else send_one
 
         def producer(seqs: range) -> Callable[[threading.Event], None]:
             def produce(stop: threading.Event) -> None:

@@ -72,3 +72,30 @@ def test_concurrent_connections_are_each_delayed_once_not_queued(echo: int) -> N
     assert sorted(got for got, _ in results) == sorted(f"message {i}".encode() for i in range(8))
     assert all(seconds >= 0.18 for _, seconds in results)
     assert total < 8 * 0.2  # not one after another (a wide margin: 1.6 s against ~0.2 s)
+
+
+def test_requests_are_counted_by_method_and_path_whatever_their_bodies(echo: int) -> None:
+    """Bodies that look like requests (a table batch holds request lines), chunked bodies and
+    a request split across writes count once each."""
+    batch = b"POST /t HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"
+    requests = [
+        b"GET /acct/q/messages?numofmessages=32 HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"POST /acct/$batch HTTP/1.1\r\nContent-Length: " + str(len(batch)).encode()
+        + b"\r\n\r\n" + batch,
+        b"PUT /acct/c/b HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"4\r\nGET \r\n6\r\n/x HTT\r\n0\r\n\r\n",
+        b"DELETE /acct/q/messages/1?popreceipt=p HTTP/1.1\r\n\r\n",
+    ]
+    stream = b"".join(requests)
+    with delayed([echo], latency_ms=2) as proxy:
+        with socket.create_connection(("127.0.0.1", proxy[echo])) as conn:
+            for start in range(0, len(stream), 7):  # in pieces that split everything
+                conn.sendall(stream[start:start + 7])
+            got = b""
+            while len(got) < len(stream):
+                got += conn.recv(65536)
+        counted = proxy.requests()
+    assert got == stream
+    assert counted == {(echo, "GET", "/acct/q/messages?numofmessages=32"): 1,
+                       (echo, "POST", "/acct/$batch"): 1, (echo, "PUT", "/acct/c/b"): 1,
+                       (echo, "DELETE", "/acct/q/messages/1?popreceipt=p"): 1}
