@@ -90,7 +90,8 @@ def test_the_json_keys_and_the_markdown_section() -> None:
 def test_a_tiny_run_records_spans_only_when_on(tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "r.md"
-    code = main(["--quick", "--only", "tracing", "--messages", "24", "--concurrency", "2",
+    code = main(["--quick", "--only", "tracing", "--latency-ms", "0", "--messages", "24",
+                 "--concurrency", "2",
                  "--producers", "1", "--out", str(out)])
     lines = capsys.readouterr().out.strip().splitlines()
     assert code == 0, lines
