@@ -129,7 +129,7 @@ demo: setup
 	$(PY) -m devhost.demo --orders $(DEMO_ORDERS) $(if $(DEMO_TRACES),--traces $(DEMO_TRACES))
 
 # Benchmarks: each scenario on a fresh Azurite; the last line printed is JSON.
-# Full: 7-10.5 minutes, writes bench/results/latest.md; QUICK=1: about 3, bench/results/quick.md.
+# Full: about 13 minutes, writes bench/results/latest.md; QUICK=1: about 3, bench/results/quick.md.
 QUICK ?=
 bench: setup
 	$(PY) -m bench $(if $(filter 1 yes true,$(QUICK)),--quick)

@@ -1,6 +1,6 @@
 """``python -m bench``: run the scenarios, write the results file, print the JSON.
 
-    python -m bench                    # full run (7-10.5 minutes): bench/results/latest.md
+    python -m bench                    # full run (about 13 minutes): bench/results/latest.md
     python -m bench --quick            # about 3 minutes: bench/results/quick.md
     python -m bench --only raw,eo_hop  # some scenarios (the others report null)
     python -m bench --latency-ms 0     # against Azurite directly (default: 5 ms per request)

@@ -250,7 +250,8 @@ TRACING_KEYS = ("tracing_off_msgs_per_s", "tracing_on_msgs_per_s", "tracing_on_t
                 "tracing_on_to_off_ratios", "tracing_python_cpu_ms_per_msg_off",
                 "tracing_python_cpu_ms_per_msg_on", "tracing_cpu_on_to_off_ratio",
                 "tracing_spans_per_msg", "tracing_spans_dropped", "tracing_off_traced_pongs",
-                "tracing_messages")
+                "tracing_messages", "tracing_recommended_msgs_per_s",
+                "tracing_recommended_to_off_ratio", "tracing_recommended_to_off_ratios")
 """The tracing scenario's keys of the JSON line: msgs/s of the exactly-once hop with tracing off
 and with an SDK recording (medians), the median of the rounds' ratios (on over off) and each
 round's, Python CPU per message of each (medians) and the median of the rounds' ratios, spans
@@ -266,6 +267,9 @@ def _tracing_keys(result: ScenarioResult | None) -> dict[str, Any]:
         "tracing_off_msgs_per_s": _round(s["off"]["msgs_per_s"], 1),
         "tracing_on_msgs_per_s": _round(s["on"]["msgs_per_s"], 1),
         "tracing_on_to_off_ratio": _round(s["ratio"], 3),
+        "tracing_recommended_msgs_per_s": _round(s["sampled"]["msgs_per_s"], 1),
+        "tracing_recommended_to_off_ratio": _round(s["sampled_ratio"], 3),
+        "tracing_recommended_to_off_ratios": [round(r, 3) for r in s["sampled_ratios"]],
         "tracing_on_to_off_ratios": [round(r, 3) for r in s["ratios"]],
         "tracing_python_cpu_ms_per_msg_off": _round(s["off"]["python_ms_per_msg"], 2),
         "tracing_python_cpu_ms_per_msg_on": _round(s["on"]["python_ms_per_msg"], 2),
@@ -470,18 +474,19 @@ def _tracing_section(result: ScenarioResult) -> list[str]:
     lines = [f"{x['rounds']} round(s) of scenario 2 (the exactly-once command hop, same "
              "workload and checks), each run on a fresh Azurite, the order swapped every "
              "other round: tracing off (`Telemetry()`: the global providers, the API's "
-             "no-ops) and on (both buses given an SDK that records every span and measurement: "
-             f"{x['processor']}). Spans: ended, as the processor saw them; dropped: ended but "
-             "never exported. Traced Pongs: the Pongs carrying a `traceparent` header (the bus "
-             "writes none without a recording span). Load average before -> after the "
-             f"scenario: {x.get('load', '-')}.", ""]
+             "no-ops), on (both buses given an SDK that records every span and measurement: "
+             f"{x['processor']}) and sampled (the same SDK at the recommended settings: "
+             "parent-based ratio sampling at 0.1, exemplars off). Spans: ended, as the "
+             "processor saw them; dropped: ended but never exported. Traced Pongs: the Pongs "
+             "carrying a `traceparent` header (the bus writes none without a recording "
+             f"span). Load average before -> after the scenario: {x.get('load', '-')}.", ""]
     rows: list[list[Any]] = []
     for r in x["tracing_runs"]:
         python, azurite = r.cpu.per_unit_ms(r.messages)
         rows.append([r.index + 1, r.variant, r.messages, f"{r.seconds:.1f}",
                      f"**{r.rate:.1f}**", f"{python:.1f}", f"{azurite:.1f}",
                      f"{sum(_per(r.ops, r.messages).values()):.2f}",
-                     f"{r.spans_ended / r.messages:.2f}" if r.variant == "on" else "0",
+                     f"{r.spans_ended / r.messages:.2f}" if r.variant != "off" else "0",
                      f"{r.traced_pongs} of {r.pongs}"])
     lines += _table(["round", "tracing", "messages", "seconds", "msgs/s", "Python CPU ms/msg",
                      "Azurite CPU ms/msg", "ops/msg", "spans/msg", "traced Pongs"], rows)
@@ -496,6 +501,13 @@ def _tracing_section(result: ScenarioResult) -> list[str]:
               + ", ".join(f"{v:.3f}" for v in summary["cpu_ratios"]) + "). Spans recorded: "
               f"**{_fmt(summary['spans_per_msg'], 2)} per message**, "
               f"{summary['spans_dropped']} dropped.", ""]
+    sampled = summary.get("sampled")
+    if sampled and sampled["messages"]:
+        lines += [f"{names['sampled']}: {_fmt(sampled['msgs_per_s'], 1)} msgs/s (median), "
+                  f"**ratio to off {_fmt(summary['sampled_ratio'], 3)}** (per round: "
+                  + ", ".join(f"{v:.3f}" for v in summary["sampled_ratios"]) + "), "
+                  f"{_fmt(summary['sampled_spans_per_msg'], 2)} spans per message, "
+                  f"{sampled['traced_pongs']} of {sampled['pongs']} Pongs traced.", ""]
     rows = [[name, f"{n:.3f}"] for name, n in summary["spans_by_name_per_msg"].items()]
     lines += _table(["span (kind)", "per message, tracing on"], rows)
     lines += [""]

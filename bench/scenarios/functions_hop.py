@@ -87,6 +87,8 @@ def one_run(cfg: BenchConfig, variant: str) -> FunctionsRun:
     workdir = Path(tempfile.mkdtemp(prefix=f"bench-functions-{variant}-"))
     try:
         emulator.start()
+        # The proxy runs even without latency (a microsecond): it is what counts the requests
+        # of the host and its worker, which run in processes of their own.
         with delayed(emulator.ports, max(cfg.latency_ms, 0.001)) as proxy:
             connection = connection_string(*(proxy[port] for port in emulator.ports))
             services = dict(zip(emulator.ports, SERVICES, strict=True))

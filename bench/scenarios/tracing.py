@@ -15,6 +15,12 @@ off; ...) so that neither always runs on a machine whose load drifts the same wa
   512, or every 5 s). The in-memory exporter keeps the figure to the bus's and the SDK's own
   cost - an OTLP exporter would add its serialization and network on that thread. Both buses,
   the endpoints' and the client's, get the same providers (one process, one SDK).
+* **sampled**: the settings docs/observability.md recommends for production - the same SDK with
+  ``ParentBased(TraceIdRatioBased(SAMPLED_RATIO))`` (``OTEL_TRACES_SAMPLER=
+  parentbased_traceidratio``, ``OTEL_TRACES_SAMPLER_ARG=0.1``) and exemplars off
+  (``OTEL_METRICS_EXEMPLAR_FILTER=always_off``); every metric is still recorded.
+
+The rounds run the three variants (off, on, sampled; then sampled, on, off; ...).
 
 Reported: each run's msgs/s and Python CPU per message, the ratio on/off per round and its
 median, the spans recorded per message (by name), the metric measurements per message, spans
@@ -35,7 +41,7 @@ from typing import Any
 
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace as otel_trace
-from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
 from opentelemetry.sdk.metrics.export import (
     HistogramDataPoint,
     InMemoryMetricReader,
@@ -44,6 +50,7 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
 from bench.config import BenchConfig
 from bench.cpu import CpuUse
@@ -54,9 +61,12 @@ from bus.observability import Telemetry
 
 KEY = "tracing"
 TITLE = "exactly-once hop with tracing off vs an SDK recording every span and metric"
-VARIANTS = ("off", "on")
+VARIANTS = ("off", "on", "sampled")
+SAMPLED_RATIO = 0.1
 NAMES = {"off": "tracing off (no SDK: the API's no-ops)",
-         "on": "tracing on (SDK: BatchSpanProcessor + in-memory exporter, metrics reader)"}
+         "on": "tracing on (SDK: BatchSpanProcessor + in-memory exporter, metrics reader)",
+         "sampled": f"tracing on, recommended settings (parent-based {SAMPLED_RATIO:g} "
+                    "sampling, exemplars off)"}
 PROCESSOR = ("BatchSpanProcessor(InMemorySpanExporter()), the SDK's defaults (queue 2,048, "
              "batches of 512, every 5 s); MeterProvider(metric_readers=[InMemoryMetricReader()])")
 
@@ -85,12 +95,18 @@ class Recording:
 
     exporter: InMemorySpanExporter = field(default_factory=InMemorySpanExporter)
     reader: InMemoryMetricReader = field(default_factory=InMemoryMetricReader)
+    recommended: bool = False
+    """The recommended production settings: parent-based ratio sampling, exemplars off."""
 
     def __post_init__(self) -> None:
         self.processor = CountingBatchProcessor(self.exporter)
-        self.tracer_provider = TracerProvider()
+        self.tracer_provider = (
+            TracerProvider(sampler=ParentBased(TraceIdRatioBased(SAMPLED_RATIO)))
+            if self.recommended else TracerProvider())
         self.tracer_provider.add_span_processor(self.processor)
-        self.meter_provider = MeterProvider(metric_readers=[self.reader])
+        self.meter_provider = MeterProvider(
+            metric_readers=[self.reader],
+            exemplar_filter=AlwaysOffExemplarFilter() if self.recommended else None)
         self.telemetry = Telemetry(tracer_provider=self.tracer_provider,
                                    meter_provider=self.meter_provider)
 
@@ -190,15 +206,26 @@ def on_run(cfg: BenchConfig, index: int) -> TracingRun:
     return done
 
 
+def sampled_run(cfg: BenchConfig, index: int) -> TracingRun:
+    """Scenario 2 with the SDK at the recommended settings."""
+    recording = Recording(recommended=True)
+    done = _from(eo_hop.run(cfg, recording.telemetry), "sampled", index)
+    done.spans_ended, done.spans, done.measurements = recording.finish()
+    if done.traced_pongs > done.pongs or not done.measurements:
+        raise BenchError(f"tracing: sampled, {done.traced_pongs} of {done.pongs} Pongs carry "
+                         f"a trace context and {len(done.measurements)} instruments measured")
+    return done
+
+
 def _median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def ratios(runs: Sequence[TracingRun], attr: str = "rate") -> list[float]:
-    """Per round: the on run's ``attr`` over the off run's."""
+def ratios(runs: Sequence[TracingRun], attr: str = "rate", variant: str = "on") -> list[float]:
+    """Per round: the ``variant`` run's ``attr`` over the off run's."""
     off = {r.index: r for r in runs if r.variant == "off"}
     return [getattr(r, attr) / getattr(off[r.index], attr) for r in runs
-            if r.variant == "on" and r.index in off and getattr(off[r.index], attr)]
+            if r.variant == variant and r.index in off and getattr(off[r.index], attr)]
 
 
 def summarize(runs: Sequence[TracingRun]) -> dict[str, Any]:
@@ -220,6 +247,12 @@ def summarize(runs: Sequence[TracingRun]) -> dict[str, Any]:
     out["ratio"] = _median(out["ratios"])
     out["cpu_ratios"] = ratios(runs, "python_ms")
     out["cpu_ratio"] = _median(out["cpu_ratios"])
+    out["sampled_ratios"] = ratios(runs, variant="sampled")
+    out["sampled_ratio"] = _median(out["sampled_ratios"])
+    sampled = by["sampled"]
+    sampled_messages = sum(r.messages for r in sampled)
+    out["sampled_spans_per_msg"] = (sum(r.spans_ended for r in sampled) / sampled_messages
+                                    if sampled_messages else None)
     on = by["on"]
     messages = sum(r.messages for r in on)
     spans = _total(r.spans for r in on)
@@ -239,13 +272,13 @@ def _total(counts: Any) -> dict[Any, int]:
 
 
 def run(cfg: BenchConfig) -> ScenarioResult:
-    runners = {"off": off_run, "on": on_run}
+    runners = {"off": off_run, "on": on_run, "sampled": sampled_run}
     runs = alternating(
         cfg.tracing_rounds, VARIANTS, lambda variant, index: runners[variant](cfg, index),
         lambda done: (f"{done.rate:.1f} msgs/s ({done.messages} in {done.seconds:.1f} s; "
                       f"Python CPU {done.python_ms:.1f} ms/msg; spans {done.spans_ended})"))
     summary = summarize(runs)
-    timed = [r for r in runs if r.variant == "on"]
+    timed = [r for r in runs if r.variant != "off"]
     return ScenarioResult(
         key=KEY, title=TITLE, units=sum(r.messages for r in timed),
         seconds=sum(r.seconds for r in timed),

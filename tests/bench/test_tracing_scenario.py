@@ -69,6 +69,20 @@ def test_ratios_pair_the_runs_of_each_round() -> None:
     assert (summary["on"]["traced_pongs"], summary["off"]["traced_pongs"]) == (200, 0)
 
 
+def test_the_recommended_settings_pair_with_the_off_run_of_their_round() -> None:
+    sampled = [_run("sampled", 0, 1.05, 1.0), _run("sampled", 1, 0.95, 1.0)]
+    sampled[0].spans_ended = 40
+    summary = tracing.summarize(_runs() + sampled)
+    assert summary["sampled_ratios"] == pytest.approx([1.0 / 1.05, 0.9 / 0.95])
+    assert summary["sampled_spans_per_msg"] == pytest.approx(0.2)
+    assert summary["ratios"] == pytest.approx([0.8, 0.9])  # the full SDK's, unchanged
+    keys = report._tracing_keys(ScenarioResult(
+        tracing.KEY, tracing.TITLE, 400, 4.25, "checked",
+        extra={"tracing_summary": summary}))
+    assert keys["tracing_recommended_to_off_ratio"] == round(
+        (1.0 / 1.05 + 0.9 / 0.95) / 2, 3)
+
+
 def test_the_json_keys_and_the_markdown_section() -> None:
     result = ScenarioResult(tracing.KEY, tracing.TITLE, 200, 2.25, "checked",
                             extra={"tracing_runs": _runs(),
@@ -100,6 +114,9 @@ def test_a_tiny_run_records_spans_only_when_on(tmp_path: Path,
     assert data["tracing_messages"] == 24  # the quick run's one round
     assert data["tracing_off_msgs_per_s"] > 0 and data["tracing_on_msgs_per_s"] > 0
     assert data["tracing_on_to_off_ratio"] > 0 and len(data["tracing_on_to_off_ratios"]) == 1
+    # The recommended settings (sampling, exemplars off) run in the same round.
+    assert data["tracing_recommended_msgs_per_s"] > 0
+    assert len(data["tracing_recommended_to_off_ratios"]) == 1
     # On: a send, a process and a create span per message at least, none dropped. Off: no
     # recording span anywhere, so no Pong carries a trace context.
     assert data["tracing_spans_per_msg"] >= 3
