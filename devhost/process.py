@@ -11,12 +11,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def start_host(workdir: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
-    """``python -m devhost`` on this repository's function_app.py; its log goes to
-    ``workdir/devhost.log`` and its counters to ``workdir/stats.json`` when it stops."""
+def start_host(workdir: Path, env: Mapping[str, str],
+               script_root: Path = ROOT) -> subprocess.Popen[bytes]:
+    """``python -m devhost`` on the function_app.py of ``script_root`` (this repository's by
+    default); its log goes to ``workdir/devhost.log`` and its counters to
+    ``workdir/stats.json`` when it stops."""
     log = open(workdir / "devhost.log", "wb")  # noqa: SIM115 - lives with the host
     return subprocess.Popen(
-        [sys.executable, "-m", "devhost", "--script-root", str(ROOT), "--log-level",
+        [sys.executable, "-m", "devhost", "--script-root", str(script_root), "--log-level",
          "WARNING", "--stats-file", str(workdir / "stats.json")],
         cwd=ROOT, env=dict(env), stdout=log, stderr=subprocess.STDOUT)
 
@@ -29,3 +31,4 @@ def stop_host(host: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
         host.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         host.kill()
+        host.wait()

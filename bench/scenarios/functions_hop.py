@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from bench.config import BenchConfig
 from bench.delay import Proxy, delayed
@@ -44,6 +42,7 @@ from bench.workload import (
 from bus import Bus, Settings
 from bus.adapters.azure import AzureStorage
 from devhost.azurite import Azurite, connection_string
+from devhost.process import start_host, stop_host
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "bench" / "functions_app"
@@ -125,7 +124,7 @@ def _measure(cfg: BenchConfig, variant: str, connection: str, *, proxy: Proxy,
             after = proxy.requests()
             mine = wire.totals()
     finally:
-        _stop_host(host)
+        stop_host(host)
     ops = _by_operation(before, after, services)
     for key, n in mine.items():  # this process's requests (the client, the polls) are not
         ops[key] = ops.get(key, 0) - n  # the Functions path's
@@ -189,22 +188,4 @@ def _start_host(connection: str, workdir: Path) -> subprocess.Popen[bytes]:
                AzureWebJobsScriptRoot=str(APP),
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT),
                                                         os.environ.get("PYTHONPATH")])))
-    log = open(workdir / "devhost.log", "wb")  # noqa: SIM115 - lives with the host
-    return subprocess.Popen(
-        [sys.executable, "-m", "devhost", "--script-root", str(APP), "--log-level",
-         "WARNING"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-
-
-def _stop_host(host: subprocess.Popen[bytes]) -> None:
-    host.terminate()
-    try:
-        host.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        host.kill()
-        host.wait()
-
-
-def summary(runs: list[FunctionsRun]) -> dict[str, Any]:
-    return {r.variant: {"msgs_per_s": r.rate, "requests_per_hop": r.requests_per_hop,
-                        "ops": r.ops} for r in runs}
-
+    return start_host(workdir, env, script_root=APP)
