@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bus.protocol.tokens.shards import endpoint_of, shard_partition
 from bus.storage import Storage
 from bus.storage.ports import Entity, QueueMessage, TableOp
 from bus.testing.transport import ForwardingQueues
@@ -181,28 +182,30 @@ def ceiling(draws: Mapping[Budget, int], messages: int,
 
 @dataclass(frozen=True)
 class EndpointBudgets:
-    """The budgets of one endpoint: its queue, its partition of the tokens table, and every
-    partition of its state table."""
+    """The budgets of one endpoint: its queue, its partitions of the tokens table (one per
+    token shard, ``bus.protocol.tokens.shards``), and every partition of its state table."""
 
     queue: str
     tokens_table: str
-    tokens_partition: str
+    endpoint: str
     state_table: str
 
     def owns(self, budget: Budget) -> bool:
         if budget[0] == "queue":
             return budget[1] == self.queue
         if budget[0] == "table":
-            return (budget[1] == self.state_table
-                    or budget[1:] == (self.tokens_table, self.tokens_partition))
+            return budget[1] == self.state_table or (
+                budget[1] == self.tokens_table and endpoint_of(budget[2]) == self.endpoint)
         return False
 
     def as_mine(self, budget: Budget, other: EndpointBudgets) -> Budget:
-        """``other``'s queue or token partition budget named as this endpoint's."""
+        """``other``'s queue or token partition budget named as this endpoint's (the same
+        shard)."""
         if budget[0] == "queue":
             return ("queue", self.queue)
         if budget[1] == other.tokens_table:
-            return ("table", self.tokens_table, self.tokens_partition)
+            return ("table", self.tokens_table,
+                    shard_partition(self.endpoint, shard_of_partition(budget[2])))
         return ("table", self.state_table, *budget[2:])
 
 
@@ -219,6 +222,12 @@ def in_chain(draws: Mapping[Budget, int], this: EndpointBudgets,
             chained[mine] = chained.get(mine, 0) + n
     chained[ACCOUNT] = draws.get(ACCOUNT, 0)
     return chained
+
+
+def shard_of_partition(partition_key: str) -> int:
+    """The token shard a token partition is (0: the endpoint's own name)."""
+    endpoint = endpoint_of(partition_key)
+    return int(partition_key[len(endpoint) + 1:]) if partition_key != endpoint else 0
 
 
 def describe(found: Ceiling) -> str:

@@ -58,13 +58,15 @@ class Addressing:
                   to: str | None = None, delay: float = 0.0,
                   ttl: float | None = None,
                   sequencer: Sequencer | None = None,
-                  check_room: Callable[[str], None] | None = None) -> list[Envelope]:
+                  check_room: Callable[[str], None] | None = None,
+                  attempt_ids: IdFactory | None = None) -> list[Envelope]:
         """The copies of ``message``; ``delay`` seconds > 0 schedules their delivery, ``ttl``
         seconds > 0 ends their time-to-live that long after they are due (None: never). A
         copy for a handler with sessions carries its session key and, with a ``sequencer``,
         its stream and sequence number (``bus.protocol.sessions.order``). ``check_room`` is
         called for every destination before any copy is numbered: a send it refuses takes no
-        number."""
+        number. ``attempt_ids`` makes the copies' attempt ids (default: the addressing's, which
+        name token shards; marked sends' must name none)."""
         if delay < 0:
             raise ValueError(f"delay must be 0 or more seconds, not {delay}")
         check_ttl(ttl)
@@ -80,9 +82,10 @@ class Addressing:
         sent_at = datetime.fromtimestamp(now, tz=timezone.utc)
         not_before = datetime.fromtimestamp(now + delay, tz=timezone.utc) if delay else None
         expires_at = _expiry(now + delay, ttl)
+        new_attempt = attempt_ids or self._new_id
         return [
             self._seal(Envelope(
-                message_id=message_id, attempt_id=self._new_id(), kind=message.message_kind,
+                message_id=message_id, attempt_id=new_attempt(), kind=message.message_kind,
                 message_type=message.message_type, source=self.source, destination=destination,
                 topic=topic, correlation_id=correlation_id, causation_id=causation_id,
                 headers=dict(headers), sent_at=sent_at,

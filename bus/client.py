@@ -193,7 +193,8 @@ class Client:
 
                 def collect(out: Outgoing, index: int = index) -> None:
                     with self._creating_span(out):
-                        copies[index].extend(self._envelopes(out, None, numbered=False))
+                        copies[index].extend(self._envelopes(out, None, numbered=False,
+                                                             marked=True))
 
                 self._through_middleware(
                     self._outgoing(message, message_id, target, headers, ttl=lifetime), collect)
@@ -219,17 +220,20 @@ class Client:
                                        message_type=message.message_type)
 
     def _envelopes(self, out: Outgoing, correlation_id: str | None, *,
-                   numbered: bool = True, room_checked: bool = False) -> list[Envelope]:
+                   numbered: bool = True, room_checked: bool = False,
+                   marked: bool = False) -> list[Envelope]:
         """The copies of a client send, as the sending middleware left it; those for handlers
         with sessions numbered in the client's streams (``bus.protocol.send.counters``) unless
         ``numbered`` is False. ``room_checked``: every destination's room is checked before
-        a number is taken (QueueFull)."""
+        a number is taken (QueueFull). ``marked``: for a marked send, whose tokens lie in
+        the destination's shard 0 (``bus.protocol.tokens.shards``)."""
         return self.parts.addressing(self.parts.settings.client_name).envelopes(
             out.message, message_id=out.message_id,
             correlation_id=correlation_id or out.message_id, causation_id=None,
             headers=out.headers, to=out.to, delay=out.delay, ttl=out.ttl,
             sequencer=self.parts.counters.next if numbered else None,
-            check_room=self.parts.courier.check_room if room_checked else None)
+            check_room=self.parts.courier.check_room if room_checked else None,
+            attempt_ids=self.parts.new_id if marked else None)
 
 
 @contextlib.contextmanager

@@ -44,6 +44,7 @@ from bus.protocol.send.sender import Sender
 from bus.protocol.sessions.admin import Sessions
 from bus.protocol.sessions.order import check_session, client_stream
 from bus.protocol.tokens.inbox import Inbox
+from bus.protocol.tokens.shards import ShardedIds
 from bus.seams import Seams
 from bus.serialization import JsonSerializer, Serializer
 from bus.settings import Settings
@@ -87,6 +88,9 @@ class Parts:
         """The storage the protocol's requests go through."""
         self.settings = settings or Settings()
         self.lanes = Lanes(seams.lanes, self.settings.round_concurrency)
+        self.attempt_ids = ShardedIds(self.new_id, self.settings.token_shards, seams.shard_run)
+        """Attempt ids spread over the token shards (``bus.protocol.tokens.shards``); the
+        plain ``new_id`` makes every other id (marked sends' attempt ids among them)."""
         """Where every receiver of this bus runs its rounds' independent requests."""
         self.serializer: Serializer = serializer or JsonSerializer()
         self.topics = Topics(self.observed.blobs, self.names.topic_container)
@@ -96,7 +100,7 @@ class Parts:
         self.sealer = Sealer(self.settings.signing, self.settings.encryption)
         self._check_signing_sources()
         self.courier = self._courier(depth_limits)
-        self.sender = Sender(courier=self.courier, new_id=self.new_id, sleep=seams.sleep,
+        self.sender = Sender(courier=self.courier, new_id=self.attempt_ids, sleep=seams.sleep,
                              attempts=self.settings.send_attempts,
                              group=self.settings.group_sends, gate=seams.gate,
                              fence=self.safeguards.fence_unknown_sends)
@@ -159,7 +163,7 @@ class Parts:
                       reserve_growth=self.safeguards.reserve_record_growth)
 
     def dispatcher(self, outbox: Outbox) -> Dispatcher:
-        return Dispatcher(courier=self.courier, outbox=outbox, new_id=self.new_id,
+        return Dispatcher(courier=self.courier, outbox=outbox, new_id=self.attempt_ids,
                           safeguards=self.safeguards, telemetry=self.telemetry)
 
     def outbox_driver(self, endpoint: str) -> OutboxDriver:
@@ -217,7 +221,7 @@ class Parts:
     def addressing(self, source: str) -> Addressing:
         """Where what ``source`` sends goes, and the copies it makes."""
         return Addressing(source=source, routes=self.topology.routes, topics=self.topics,
-                          serializer=self.serializer, new_id=self.new_id, clock=self.clock,
+                          serializer=self.serializer, new_id=self.attempt_ids, clock=self.clock,
                           known=self.topology.destinations, seal=self.sealer.seal,
                           session_of=self._session_of, telemetry=self.telemetry)
 

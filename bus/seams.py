@@ -36,6 +36,9 @@ class Seams:
         max_workers=workers, thread_name_prefix="bus-send"))
     """Where ``send_many`` runs up to that many sends at once (the simulation's actors share
     one thread: there, one after another)."""
+    shard_run: int = 100
+    """Attempt ids made in a row for one token shard before the next
+    (``bus.protocol.tokens.shards``; the simulation moves on sooner, to mix shards)."""
     lanes: Callable[[int], Executor] = field(default=lambda workers: ThreadPoolExecutor(
         max_workers=workers, thread_name_prefix="bus-round"))
     """Where a claim round runs up to that many independent requests at once

@@ -32,6 +32,10 @@ def setting_name(field: str) -> str:
     return SETTING_PREFIX + field.upper()
 
 
+MAX_TOKEN_SHARDS = 8
+"""The most partitions an endpoint's tokens may spread over (attempt ids name one of them)."""
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -69,6 +73,12 @@ class Settings(BaseModel):
     and its acknowledgements touch different partitions and messages, so they go side by side
     (``bus.protocol.receive.lanes``) instead of one round trip after another. 1 makes them one
     at a time."""
+    token_shards: int = Field(4, ge=1, le=MAX_TOKEN_SHARDS)
+    """Table partitions an endpoint's inbox tokens spread over (``bus.protocol.tokens.
+    shards``): Azure serves a partition about 2,000 entities a second and a message draws about
+    four on its token's, so each shard carries about 500 messages a second of one endpoint.
+    Changing it is safe at any time (each attempt id names its shard); 1 is the layout of
+    versions before shards."""
     release_resend_seconds: float = Field(300.0, gt=0)
     """A released deferral still unprocessed after this long gets its signal sent again by the
     sweeper (the release may have stopped between its two steps)."""

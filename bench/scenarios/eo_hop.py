@@ -37,6 +37,7 @@ from bench.workload import (
 from bus.envelope import decode_signal
 from bus.observability import Telemetry
 from bus.observability.propagation import TRACEPARENT
+from bus.protocol.tokens.shards import endpoint_of
 
 
 def run(cfg: BenchConfig, telemetry: Telemetry | None = None) -> ScenarioResult:
@@ -83,4 +84,4 @@ def run(cfg: BenchConfig, telemetry: Telemetry | None = None) -> ScenarioResult:
                "ceiling": limit, "chained": chained,
                "token_shards": sum(1 for budget in load.draws
                                    if budget[:2] == ("table", names.tokens_table)
-                                   and budget[2].startswith(HOP_FROM))})
+                                   and endpoint_of(budget[2]) == HOP_FROM)})

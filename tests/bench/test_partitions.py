@@ -53,3 +53,18 @@ def test_an_endpoint_in_a_chain_carries_what_it_draws_on_the_next_one() -> None:
     assert chained == {("table", "tokens", "a"): 400, ("queue", "q-a"): 70,
                        ("table", "state-a", "p1"): 100, ACCOUNT: 300}
     assert ceiling(chained, 100).msgs_per_s == pytest.approx(500)
+
+
+def test_each_token_shard_is_a_budget_of_its_own_and_maps_to_the_same_shard_upstream() -> None:
+    """Four shards share A's token draws: each carries a quarter, so the ceiling is four times
+    one partition's; B's shard k is charged to A's shard k, never to another endpoint
+    whose name only starts like A's."""
+    draws: dict[tuple[str, ...], int] = {ACCOUNT: 300, ("table", "tokens", "ab"): 999}
+    for shard, key in enumerate(["a", "a~1", "a~2", "a~3"]):
+        draws[("table", "tokens", key)] = 50
+        draws[("table", "tokens", "b" if shard == 0 else f"b~{shard}")] = 50
+    chained = in_chain(draws, A, B)
+    assert chained == {("table", "tokens", "a"): 100, ("table", "tokens", "a~1"): 100,
+                       ("table", "tokens", "a~2"): 100, ("table", "tokens", "a~3"): 100,
+                       ACCOUNT: 300}
+    assert ceiling(chained, 100).msgs_per_s == pytest.approx(2_000)

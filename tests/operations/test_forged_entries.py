@@ -18,6 +18,7 @@ from bus.envelope import Envelope, encode_signal
 from bus.protocol.poison.poisoned import ReplayResult
 from bus.protocol.poison.queue import PoisonEntry
 from bus.protocol.tokens.inbox import TokenState
+from bus.protocol.tokens.shards import partition
 from bus.storage import NotFound, Storage
 from bus.testing import drain
 from tests.support import dlq_app
@@ -79,7 +80,7 @@ def test_a_forged_entry_of_another_lineage_revives_nothing(storage: Storage,
     [real] = bus.poisoned("payments").entries()
     assert real.entry.envelope is not None
     table, attempt = bus.names.tokens_table, real.entry.envelope.attempt_id
-    row = bus.storage.tables.get(table, "payments", attempt)
+    row = bus.storage.tables.get(table, partition("payments", attempt), attempt)
     assert "poisoned_by" in row.properties and row.properties["state"] == TokenState.POISONED
     row.properties.pop("poisoned_by")  # as an earlier version poisoned it
     bus.storage.tables.replace(table, row)

@@ -11,6 +11,7 @@ from typing import Any
 
 from bus import Bus, Command, Context, Endpoint, Settings
 from bus.protocol.send.group import Gate
+from bus.protocol.tokens.shards import endpoint_of
 from bus.seams import Seams
 from bus.storage import Storage, TableOp, TransientError
 from bus.testing import drain
@@ -112,7 +113,8 @@ class FailingTables:
 
     def transact(self, table: str, ops: Sequence[TableOp]) -> list[str]:
         etags: list[str] = self._inner.transact(table, ops)
-        if self.fail_after and any(op.entity.partition_key == "counter" for op in ops):
+        if self.fail_after and any(endpoint_of(op.entity.partition_key) == "counter"
+                                  for op in ops):
             self.fail_after -= 1
             raise TransientError("injected: transaction response lost after effect")
         return etags

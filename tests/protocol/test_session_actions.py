@@ -59,3 +59,39 @@ def test_an_operator_action_reaches_a_copy_set_aside_but_not_yet_deferred(
     else:  # skipped to: handled
         assert shop.steps("o1") == [2]
     assert [t for t in shop.bus.parts.inbox.all("s") if t.state is TokenState.DEFERRED] == []
+
+
+def test_maintenance_releases_what_waits_in_a_session_whose_close_stopped_after_its_row(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operator's close wrote the row (closed) and its process went before it released the
+    waiting copy: maintenance releases it (poisoned on arrival with the reason), and once it
+    is through, the closed session's list is empty and costs maintenance no more reads."""
+    shop = Shop(InMemoryStorage(), "p")
+    bus = shop.bus
+    bus.send(Step(order="o1", n=1))
+    bus.send(Step(order="o1", n=2))
+    queue = bus.names.queue("s")
+    [first] = bus.storage.queues.receive(queue, max_messages=1, lease=600)
+    assert decode_signal(first.body).message_type == "Step"
+    bus.storage.queues.delete(queue, first)  # step 1 is lost on the way: step 2 waits
+    drain(bus)
+    sessions = bus.sessions("s")
+
+    def gone(*args: object) -> int:
+        raise TransientError("the operator's process went before releasing")
+
+    monkeypatch.setattr(sessions, "_release", gone)
+    with pytest.raises(TransientError):
+        sessions.close("o1")
+    monkeypatch.undo()
+    # Step 1's token is live with no signal (the sweeper's), step 2's set aside for good.
+    assert sorted(t.state for t in bus.parts.inbox.all("s")) == [TokenState.DEFERRED,
+                                                                 TokenState.LIVE]
+    assert bus.sessions("s").release_overdue() == 1
+    drain(bus, fail_fast=False)
+    [entry] = bus.poisoned("s").entries()
+    assert "closed" in entry.entry.reason
+    assert [t for t in bus.parts.inbox.all("s") if t.state is TokenState.DEFERRED] == []
+    assert bus.sessions("s").release_overdue() == 0
+    info = bus.sessions("s").get("o1")
+    assert info is not None and info.closed and info.waiting == ()

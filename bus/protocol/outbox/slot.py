@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from bus.errors import RecordTooLarge, StateError, UnreadableRecord
 from bus.naming import RESERVED_PREFIX
 from bus.protocol.records import OutboxRecord
+from bus.protocol.tokens.shards import widest
 from bus.storage import (
     Conflict,
     Entity,
@@ -119,11 +120,13 @@ class Outbox:
         """Raise now for a commit storage would refuse: RecordTooLarge for a record no slot
         can hold (with room for what it may gain later: the ETags of its outgoing tokens,
         added when they are created before the commit, and the attempt ids one helper pass
-        supersedes - ``OutboxRecord.with_fresh_attempts``), StateError for state changes and
-        a record that one transaction cannot carry together."""
+        supersedes - ``OutboxRecord.with_fresh_attempts`` - its fresh ids naming a shard each),
+        StateError for state changes and a record that one transaction cannot carry together."""
         placeholder = "x" * self._limits.etag_chars
-        largest = record.placed((placeholder,) * len(record.outgoing)).model_copy(
-            update={"superseded": record.attempts()}) if self._reserve_growth else record
+        largest = record.placed((placeholder,) * len(record.outgoing)).model_copy(update={
+            "superseded": record.attempts(),
+            "outgoing": tuple(e.model_copy(update={"attempt_id": widest(e.attempt_id)})
+                              for e in record.outgoing)}) if self._reserve_growth else record
         slot = self._encode(partition, largest)
         try:
             check_transaction([*state_ops, TableOp("replace", slot)], self._limits)

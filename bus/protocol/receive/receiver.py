@@ -318,12 +318,13 @@ class Receiver:
     def _read_tokens(self, loaded: list[tuple[_Claim, Slot]],
                      results: dict[int, Delivery | Exception]) -> dict[str, Token]:
         """R4's read, with R3's: every claim's own token and each slot record's
-        incoming token (to tell whether it is finished), in one request."""
+        incoming token (to tell whether it is finished), in one request per token shard
+        (side by side)."""
         keys = [key for claim, slot in loaded for key in self._token_keys(claim.decoded, slot)]
         if not keys:
             return {}
         try:
-            return self._inbox.read_many(self.endpoint, keys)
+            return self._inbox.read_many(self.endpoint, keys, side_by_side=self._lanes.run)
         except StorageError as exc:
             for claim, _ in loaded:
                 results[claim.index] = exc

@@ -175,12 +175,15 @@ class Sessions:
     def release_overdue(self) -> int:
         """Maintenance: for an endpoint that skips gaps, release the first waiting copy of
         each stream whose gap is older than the reorder window (it arrives, and the receiver
-        skips the gap); an endpoint that blocks only reports them. Returns how many were
-        released."""
+        skips the gap); an endpoint that blocks only reports them. And every copy still
+        waiting in a closed session (``_release_closed``). Returns how many were released."""
         now = self._clock()
         released = 0
         for info in self.list():
-            if info.closed or not info.stuck(now, self.window):
+            if info.closed:
+                released += self._release_closed(info)
+                continue
+            if not info.stuck(now, self.window):
                 continue
             if not self.skip_gaps:
                 log.warning("%s: session %r blocked by a gap for %.0f s (%d waiting)",
@@ -192,27 +195,42 @@ class Sessions:
             released += self._release(_firsts(moved.waiting))
         return released
 
-    def _without_poisoned(self, info: SessionInfo) -> SessionInfo | None:
+    def _release_closed(self, info: SessionInfo) -> int:
+        """Release the copies still waiting in a closed session (each is poisoned on arrival),
+        as closing it did: an operator's close writes the row and then releases, and one that
+        stopped in between (its process gone, a lost answer never retried) left them deferred
+        with nobody to release them. Copies released and poisoned since, or gone, leave the
+        list first, so a closed session costs nothing once its copies are through."""
+        if not info.waiting:
+            return 0
+        moved = self._without_poisoned(info, gone_too=True)
+        return 0 if moved is None else self._release(moved.waiting)
+
+    def _without_poisoned(self, info: SessionInfo, *,
+                          gone_too: bool = False) -> SessionInfo | None:
         """The session without the waiting copies that were released in their turn and then
         poisoned (their handler rejected them, or failed on every delivery): they wait no
         more, but their entries stay in the row (a poisoned copy commits nothing), and the
         first of a stream stands for a copy still to come - releasing it again does nothing,
         and the receiver skips only to it, so the session would never move on. None when
-        the session is gone."""
+        the session is gone. ``gone_too``: copies whose token is gone leave as well (in a
+        closed session nothing waits for them)."""
         poisoned = {(w.stream, w.sequence, w.message_id) for w in info.waiting
-                    if self._poisoned_since(w)}
+                    if self._poisoned_since(w, gone_too=gone_too)}
         if not poisoned:
             return info
         return self._change(info.session, info.partition, lambda row: row.model_copy(
             update={"waiting": tuple(w for w in row.waiting
                                      if (w.stream, w.sequence, w.message_id) not in poisoned)}))
 
-    def _poisoned_since(self, waiting: Waiting) -> bool:
+    def _poisoned_since(self, waiting: Waiting, *, gone_too: bool = False) -> bool:
         """Whether the copy was released since it was set aside, then poisoned: a
-        copy still set aside, released and on its way, or set aside again, is not."""
+        copy still set aside, released and on its way, or set aside again, is not
+        (``gone_too``: nor is one whose token is gone, unless asked)."""
         token = self._courier.inbox.find(self.endpoint, waiting.message_id)
-        return (token is not None and token.state is TokenState.POISONED
-                and token.generation > waiting.generation)
+        if token is None:
+            return gone_too
+        return token.state is TokenState.POISONED and token.generation > waiting.generation
 
     def _change(self, session: str, partition: str | None,
                 change: Callable[[SessionRow], SessionRow]) -> SessionInfo | None:

@@ -7,4 +7,6 @@ turns at-least-once delivery into exactly-once effect.
                 once.
 * ``verdict`` - what a token's state means for a copy that arrives now: the one place it is
                 decided.
+* ``shards``  - which table partition a token lies in: an endpoint's tokens spread over several,
+                each attempt id naming its own.
 """

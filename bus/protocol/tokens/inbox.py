@@ -22,6 +22,10 @@ A token row is one of these:
                  The row keeps the signal to send again, and an index row
                  ``~deferred~<message id>`` in the same partition finds it by message id.
 
+An endpoint's tokens lie in several partitions, the shard each attempt id names
+(``bus.protocol.tokens.shards``): the methods here take the endpoint and find the partition, and
+split a batch whose tokens lie in several into one request per partition.
+
 A token's ``generation`` counts its releases: an outbox record that deferred the message
 remembers the generation it saw, so once the message is released the old record no longer
 counts as unfinished (``finished``).
@@ -33,11 +37,12 @@ import contextlib
 import enum
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from bus.envelope import Envelope
 from bus.protocol.records import OutboxRecord
+from bus.protocol.tokens.shards import endpoint_of, partition, partitions, shard_of
 from bus.storage import (
     Conflict,
     Entity,
@@ -51,6 +56,14 @@ from bus.storage import (
 from bus.storage.limits import StorageLimits, split_text
 
 log = logging.getLogger(__name__)
+
+Requests = Callable[[Sequence[Callable[[], dict[str, Entity]]]], list[dict[str, Entity]]]
+"""Runs a list of reads and returns their results in order (one after another, or at once)."""
+
+
+def _one_by_one(reads: Sequence[Callable[[], dict[str, Entity]]]) -> list[dict[str, Entity]]:
+    return [read() for read in reads]
+
 
 _INDEX = "~deferred~"  # row key prefix of the deferral index (attempt ids never contain ~)
 _MARK = "~sent~"  # row key prefix of send marks (``bus.protocol.send.marked``)
@@ -152,6 +165,8 @@ class StaleIndex:
     endpoint: str
     message_id: str
     etag: str
+    partition: str = ""
+    """The partition the row is in (its token's shard); "" for the endpoint's own."""
 
 
 class Inbox:
@@ -167,7 +182,7 @@ class Inbox:
         (its response was lost) - or the attempt was fenced, which the caller's next
         compare-and-swap on its outbox slot detects."""
         entity = self._entity(Token(endpoint, attempt_id, TokenState.LIVE, message_id, now, "",
-                               due=due, lineage=lineage))
+                                    due=due, lineage=lineage))
         with contextlib.suppress(Conflict):
             self._tables.insert(self._table, entity)
 
@@ -183,16 +198,18 @@ class Inbox:
         the outcome unknown: the caller must not use these attempt ids again (it completes its
         record the way a helper does, with fresh ones; pending ones are the sweeper's).
         """
-        etags: list[str] = []
+        etags = [""] * len(tokens)
         per = self._tables.limits.transaction_operations
-        for start in range(0, len(tokens), per):
-            ops = [TableOp("insert", self._entity(Token(
-                endpoint, attempt_id, TokenState.PENDING if origins else TokenState.LIVE,
-                message_id, now, "", origin=origins[start + i] if origins else None,
-                due=dues[start + i] if dues else None,
-                lineage=lineages[start + i] if lineages else None)))
-                for i, (attempt_id, message_id) in enumerate(tokens[start:start + per])]
-            etags.extend(self._tables.transact(self._table, ops))
+        for indexes in _by_partition(endpoint, [attempt_id for attempt_id, _ in tokens]):
+            for start in range(0, len(indexes), per):
+                chunk = indexes[start:start + per]
+                ops = [TableOp("insert", self._entity(Token(
+                    endpoint, tokens[i][0], TokenState.PENDING if origins else TokenState.LIVE,
+                    tokens[i][1], now, "", origin=origins[i] if origins else None,
+                    due=dues[i] if dues else None, lineage=lineages[i] if lineages else None)))
+                    for i in chunk]
+                for i, etag in zip(chunk, self._tables.transact(self._table, ops), strict=True):
+                    etags[i] = etag
         return etags
 
     def confirm_many(self, endpoint: str, tokens: Sequence[tuple[str, str, str]],
@@ -204,19 +221,19 @@ class Inbox:
         poisoned, deferred) is left as it is: it is not pending any more, which is all this
         promises."""
         per = self._tables.limits.transaction_operations
-        for start in range(0, len(tokens), per):
-            chunk = tokens[start:start + per]
-            ops = [TableOp("replace", self._entity(Token(
-                endpoint, attempt_id, TokenState.LIVE, message_id, now, "",
-                due=dues[start + i] if dues else None,
-                lineage=lineages[start + i] if lineages else None)), etag)
-                   for i, (attempt_id, message_id, etag) in enumerate(chunk)]
-            try:
-                self._tables.transact(self._table, ops)
-            except (PreconditionFailed, NotFound):
-                for op in ops:
-                    with contextlib.suppress(PreconditionFailed, NotFound):
-                        self._tables.replace(self._table, op.entity, etag=op.etag)
+        for indexes in _by_partition(endpoint, [attempt_id for attempt_id, _, _ in tokens]):
+            for start in range(0, len(indexes), per):
+                ops = [TableOp("replace", self._entity(Token(
+                    endpoint, tokens[i][0], TokenState.LIVE, tokens[i][1], now, "",
+                    due=dues[i] if dues else None,
+                    lineage=lineages[i] if lineages else None)), tokens[i][2])
+                    for i in indexes[start:start + per]]
+                try:
+                    self._tables.transact(self._table, ops)
+                except (PreconditionFailed, NotFound):
+                    for op in ops:
+                        with contextlib.suppress(PreconditionFailed, NotFound):
+                            self._tables.replace(self._table, op.entity, etag=op.etag)
 
     @property
     def limits(self) -> StorageLimits:
@@ -228,34 +245,45 @@ class Inbox:
 
     def read(self, endpoint: str, attempt_id: str) -> Token | None:
         try:
-            row = self._tables.get(self._table, endpoint, attempt_id)
+            row = self._tables.get(self._table, partition(endpoint, attempt_id), attempt_id)
         except NotFound:
             return None
         return _token(row)
 
-    def read_many(self, endpoint: str, attempt_ids: list[str]) -> dict[str, Token]:
-        """The existing tokens among ``attempt_ids`` (all of one endpoint): one request."""
-        rows = self._tables.get_many(self._table, endpoint, sorted(set(attempt_ids)))
-        return {attempt_id: _token(row) for attempt_id, row in rows.items()}
+    def read_many(self, endpoint: str, attempt_ids: list[str], *,
+                  side_by_side: Requests = _one_by_one) -> dict[str, Token]:
+        """The existing tokens among ``attempt_ids`` (all of one endpoint): one request per
+        partition they lie in, made by ``side_by_side`` (a claim round's lanes: at once)."""
+        unique = sorted(set(attempt_ids))
+
+        def reading(keys: list[str]) -> Callable[[], dict[str, Entity]]:
+            return lambda: self._tables.get_many(self._table, partition(endpoint, keys[0]), keys)
+
+        groups = [[unique[i] for i in indexes] for indexes in _by_partition(endpoint, unique)]
+        return {attempt_id: _token(row) for rows in side_by_side([reading(g) for g in groups])
+                for attempt_id, row in rows.items()}
 
     def consume(self, endpoint: str, attempt_id: str) -> None:
-        self._tables.delete(self._table, endpoint, attempt_id)  # gone already is fine
+        # gone already is fine
+        self._tables.delete(self._table, partition(endpoint, attempt_id), attempt_id)
 
     def consume_many(self, endpoint: str, attempt_ids: Sequence[str]) -> None:
         """Consume tokens of one endpoint, 100 per request; one by one when a request fails
         (a token gone already fails a whole request). Deleting twice is harmless."""
-        if len(attempt_ids) == 1:  # a plain delete: cheaper than a transaction of one
-            self.consume(endpoint, attempt_ids[0])
-            return
         per = self._tables.limits.transaction_operations
-        for start in range(0, len(attempt_ids), per):
-            chunk = attempt_ids[start:start + per]
-            try:
-                self._tables.transact(self._table, [
-                    TableOp("delete", Entity(endpoint, attempt_id)) for attempt_id in chunk])
-            except StorageError:
-                for attempt_id in chunk:
-                    self.consume(endpoint, attempt_id)
+        for indexes in _by_partition(endpoint, attempt_ids):
+            for start in range(0, len(indexes), per):
+                chunk = [attempt_ids[i] for i in indexes[start:start + per]]
+                if len(chunk) == 1:  # a plain delete: cheaper than a transaction of one
+                    self.consume(endpoint, chunk[0])
+                    continue
+                try:
+                    self._tables.transact(self._table, [
+                        TableOp("delete", Entity(partition(endpoint, attempt_id), attempt_id))
+                        for attempt_id in chunk])
+                except StorageError:
+                    for attempt_id in chunk:
+                        self.consume(endpoint, attempt_id)
 
     def fence(self, endpoint: str, attempt_id: str, message_id: str, now: float) -> None:
         """Turn a superseded attempt into a tombstone (whether or not its token exists)."""
@@ -268,14 +296,15 @@ class Inbox:
         and one request each would make finishing it ever less likely under faults."""
         per = self._tables.limits.transaction_operations
         unique = list(dict.fromkeys(attempt_ids))  # a transaction names each row once
-        for start in range(0, len(unique), per):
-            ops = [TableOp("replace", self._entity(
-                Token(endpoint, attempt_id, TokenState.FENCED, message_id, now, "")))
-                for attempt_id in unique[start:start + per]]
-            if len(ops) == 1:
-                self._tables.replace(self._table, ops[0].entity)
-            else:
-                self._tables.transact(self._table, ops)
+        for indexes in _by_partition(endpoint, unique):
+            for start in range(0, len(indexes), per):
+                ops = [TableOp("replace", self._entity(
+                    Token(endpoint, unique[i], TokenState.FENCED, message_id, now, "")))
+                    for i in indexes[start:start + per]]
+                if len(ops) == 1:
+                    self._tables.replace(self._table, ops[0].entity)
+                else:
+                    self._tables.transact(self._table, ops)
 
     def poison(self, token: Token, now: float, *, orphan: bool = False,
                poisoned_by: str | None = None) -> bool:
@@ -305,7 +334,7 @@ class Inbox:
         """Set a live token aside with the signal to send when it is released, and index it by
         message id (one transaction); False if the token changed meanwhile."""
         deferred = replace(token, state=TokenState.DEFERRED, since=now, signal=signal)
-        index = Entity(token.endpoint, _INDEX + token.message_id,
+        index = Entity(partition(token.endpoint, token.attempt_id), _INDEX + token.message_id,
                        {"attempt_id": token.attempt_id})
         try:
             self._tables.transact(self._table, [
@@ -326,12 +355,20 @@ class Inbox:
         return replace(live, etag=etag)
 
     def find(self, endpoint: str, message_id: str) -> Token | None:
-        """The token a deferral of ``message_id`` indexed, if it still exists (two reads)."""
-        try:
-            index = self._tables.get(self._table, endpoint, _INDEX + message_id)
-        except NotFound:
-            return None
-        return self.read(endpoint, str(index.properties["attempt_id"]))
+        """The token a deferral of ``message_id`` indexed, if it still exists: the index of
+        each shard read, and the token of each found. When several shards index the message
+        (a deferred copy was superseded by another with a fresh attempt id, deferred in turn),
+        the deferred token wins, then the one that changed state last."""
+        found: list[Token] = []
+        for key in partitions(endpoint):
+            try:
+                index = self._tables.get(self._table, key, _INDEX + message_id)
+            except NotFound:
+                continue
+            token = self.read(endpoint, str(index.properties["attempt_id"]))
+            if token is not None:
+                found.append(token)
+        return max(found, key=lambda t: (t.state is TokenState.DEFERRED, t.since), default=None)
 
     def _move(self, token: Token, state: TokenState, now: float) -> bool:
         try:
@@ -347,7 +384,10 @@ class Inbox:
         field: anyone who may insert tokens can write one) is logged and left out, so that
         one such row does not stop the sweeper or the operators' pages."""
         tokens: list[Token] = []
-        for row in self._tables.query(self._table, endpoint):
+        rows = (self._tables.query(self._table) if endpoint is None else
+                [row for key in partitions(endpoint)
+                 for row in self._tables.query(self._table, key)])
+        for row in rows:
             if row.row_key.startswith((_INDEX, _MARK)):
                 continue
             try:
@@ -367,7 +407,13 @@ class Inbox:
         live token, in one transaction (at most half the transaction's operations: the
         caller chunks). Conflict when a mark exists (none of them was created then).
         ``together`` off and ``marked`` off are breaks: the marks in a request before the
-        tokens', and no marks."""
+        tokens', and no marks.
+
+        Marks and their tokens lie in the endpoint's shard 0, so that a mark is found by
+        message id whatever the shards were when it was made: the attempt ids must name no
+        shard (ValueError)."""
+        if any(shard_of(attempt_id) for attempt_id, _, _ in copies):
+            raise ValueError("marked copies' attempt ids must name no shard")
         marks = [TableOp("insert", Entity(endpoint, _MARK + message_id,
                                           {"attempt_id": attempt_id, "at": now,
                                            "origin": origin}))
@@ -426,26 +472,30 @@ class Inbox:
         tokens = {(row.partition_key, row.row_key) for row in rows}
         candidates = [row for row in rows if row.row_key.startswith(_INDEX)
                       and (row.partition_key, str(row.properties["attempt_id"])) not in tokens]
-        return [StaleIndex(row.partition_key, row.row_key[len(_INDEX):], row.etag)
+        return [StaleIndex(endpoint_of(row.partition_key), row.row_key[len(_INDEX):], row.etag,
+                           row.partition_key)
                 for row in candidates
-                if self.read(row.partition_key, str(row.properties["attempt_id"])) is None]
+                if self.read(endpoint_of(row.partition_key),
+                             str(row.properties["attempt_id"])) is None]
 
     def drop_index(self, stale: StaleIndex) -> None:
         """Drop an index row ``stale_index`` found, unless it changed since (a new deferral
         of the message id, pointing to another token)."""
         with contextlib.suppress(PreconditionFailed, NotFound):
-            self._tables.delete(self._table, stale.endpoint, _INDEX + stale.message_id,
-                                etag=stale.etag)
+            self._tables.delete(self._table, stale.partition or stale.endpoint,
+                                _INDEX + stale.message_id, etag=stale.etag)
 
     def withdraw(self, endpoint: str, attempt_id: str, etag: str) -> None:
         """Delete a token if it is unchanged since ``etag`` (a pending token nobody will
         commit); gone or changed already is fine."""
         with contextlib.suppress(PreconditionFailed, NotFound):
-            self._tables.delete(self._table, endpoint, attempt_id, etag=etag)
+            self._tables.delete(self._table, partition(endpoint, attempt_id), attempt_id,
+                                etag=etag)
 
     def delete_if_unchanged(self, token: Token) -> None:
         with contextlib.suppress(PreconditionFailed):
-            self._tables.delete(self._table, token.endpoint, token.attempt_id, etag=token.etag)
+            self._tables.delete(self._table, partition(token.endpoint, token.attempt_id),
+                                token.attempt_id, etag=token.etag)
 
 
 def finished(record: OutboxRecord, token: Token | None, *, poisoned_ends: bool = False) -> bool:
@@ -470,7 +520,8 @@ def finished(record: OutboxRecord, token: Token | None, *, poisoned_ends: bool =
 
 def _mark(row: Entity) -> Mark:
     at = row.properties.get("at")
-    return Mark(row.partition_key, row.row_key[len(_MARK):], str(row.properties["attempt_id"]),
+    return Mark(endpoint_of(row.partition_key), row.row_key[len(_MARK):],
+                str(row.properties["attempt_id"]),
                 float(at) if isinstance(at, (int, float)) else 0.0, row.etag,
                 str(row.properties.get("origin", "")))
 
@@ -485,7 +536,7 @@ def _token(row: Entity) -> Token:
     origin = (Origin(str(props["origin_endpoint"]), str(props["origin_partition"]),
                      str(props["origin_attempt"])) if "origin_endpoint" in props else None)
     due = props.get("due")
-    return Token(row.partition_key, row.row_key, TokenState(str(props["state"])),
+    return Token(endpoint_of(row.partition_key), row.row_key, TokenState(str(props["state"])),
                  str(props.get("message_id", "")),
                  float(since) if isinstance(since, (int, float)) else 0.0, row.etag,
                  generation if isinstance(generation, int) else 0, signal, origin,
@@ -531,4 +582,13 @@ def _entity(token: Token, property_bytes: int) -> Entity:
         properties.update({"origin_endpoint": token.origin.endpoint,
                            "origin_partition": token.origin.partition,
                            "origin_attempt": token.origin.attempt_id})
-    return Entity(token.endpoint, token.attempt_id, properties)
+    return Entity(partition(token.endpoint, token.attempt_id), token.attempt_id, properties)
+
+
+def _by_partition(endpoint: str, attempt_ids: Sequence[str]) -> list[list[int]]:
+    """The positions of ``attempt_ids`` grouped by their tokens' partition, each group in
+    order, the groups in the order their first id comes."""
+    groups: dict[str, list[int]] = {}
+    for i, attempt_id in enumerate(attempt_ids):
+        groups.setdefault(partition(endpoint, attempt_id), []).append(i)
+    return list(groups.values())

@@ -39,6 +39,7 @@ from bus.errors import BusError
 from bus.operations.cli import main as cli
 from bus.protocol.poison.queue import PoisonEntry
 from bus.protocol.sessions.order import SESSION_ROW, SessionRow, decode
+from bus.protocol.tokens import shards
 from bus.storage import StorageError
 from bus.testing.simulate import briefs, surface
 from bus.testing.simulate.entries import whole_entry
@@ -118,8 +119,12 @@ class Console:
         as the listings show (read outside the faults). An entry written before its message
         was processed (a duplicate entry, a write that landed late) is left by no operator:
         a replay removes it as stale, or a purge does."""
-        return entry.envelope is not None and self._storage.tables.stored(
-            self._bus.names.tokens_table, briefs.ENDPOINT, entry.envelope.attempt_id) is None
+        if entry.envelope is None:
+            return False
+        attempt_id = entry.envelope.attempt_id
+        return self._storage.tables.stored(self._bus.names.tokens_table,
+                                           shards.partition(briefs.ENDPOINT, attempt_id),
+                                           attempt_id) is None
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> None:
@@ -291,7 +296,7 @@ class Console:
         named = {message_id for _, message_id in records}
         live = {str(row.properties.get("message_id"))
                 for row in self._storage.tables.rows(self._bus.names.tokens_table)
-                if row.partition_key == briefs.ENDPOINT}
+                if shards.endpoint_of(row.partition_key) == briefs.ENDPOINT}
         return named - live
 
     def _pause(self) -> None:

@@ -25,6 +25,7 @@ from bus.protocol.poison.queue import PoisonEntry
 from bus.protocol.records import Phase
 from bus.protocol.safeguards import Safeguards
 from bus.protocol.tokens.inbox import Token, TokenState, finished
+from bus.protocol.tokens.shards import SHARDS
 from bus.seams import Seams
 from bus.storage import StorageError
 from bus.storage.limits import AZURE, StorageLimits
@@ -103,7 +104,7 @@ def run_once(seed: int, safeguards: Safeguards | None = None,
     storage = InMemoryStorage(hooks=world, limits=_limits(seed))
     knobs = _knobs(seed, rng, profile)
     layout = random.Random(seed ^ 0x51075)  # apart from ``rng``: its draws stay as they were
-    settings = _settings(seed, layout)
+    settings, shard_run = _settings(seed, layout)
     processes = layout.random() < 0.5  # each worker its own Bus: its own slot cache
     senders = layout.choice((1, 2, 6))  # client actors sending at once (their sends group)
     with_spark = random.Random(seed ^ 0x5BA4).random() < 0.5  # a Spark job and query
@@ -115,7 +116,7 @@ def run_once(seed: int, safeguards: Safeguards | None = None,
                       new_id=world.new_id, sleep=world.sleep,
                       safeguards=safeguards or Safeguards(), random=world.rng.random,
                       gate=lambda: Gate(world), pool=briefs.inline_pool,
-                      lanes=briefs.inline_pool)
+                      lanes=briefs.inline_pool, shard_run=shard_run)
         endpoints = build(knobs, world.rng.random, world.new_id, releases)
         if plan_briefs is not None:
             endpoints += briefs.endpoints(plan_briefs, retry_policy(knobs), world.rng.random,
@@ -436,16 +437,21 @@ def _session_plan(seed: int) -> SessionPlan | None:
                        doomed="e-0-k0-0" if skip and draw.random() < 0.5 else None)
 
 
-def _settings(seed: int, layout: random.Random) -> Settings:
+def _settings(seed: int, layout: random.Random) -> tuple[Settings, int]:
+    """The run's settings, and how many attempt ids in a row name one token shard."""
     horizon = random.Random(seed ^ 0x0AF4)  # a short orphan age in half of the runs
     # In a third of the runs the hosts give up after 3 deliveries (the host's poison queue,
     # adoption, replays: often), in the others after 50 (seldom).
     deliveries = random.Random(seed ^ 0xDE1).choice((3, 50, 50))
+    # Token shards: one (the layout before shards), or several with ids moving to the next
+    # every id, every two or after 100 (batches split over partitions, or not).
+    shards = random.Random(seed ^ 0x54A2D)  # apart from the others: they stay as they were
     return SETTINGS.model_copy(update={
         "slot_cache_size": layout.choice((0, 4, 1024)),
         "signal_bundles": layout.random() < 0.75, "group_sends": layout.random() < 0.75,
         "orphan_age_seconds": horizon.choice((ORPHAN_AGE_SECONDS, 1e9)),
-        "max_delivery_count": deliveries})
+        "max_delivery_count": deliveries,
+        "token_shards": shards.choice((1, 3, SHARDS))}), shards.choice((1, 2, 100))
 
 
 def _seen_at_the_end(bus: Bus, storage: InMemoryStorage, garbage: set[str]) -> Counter[str]:
