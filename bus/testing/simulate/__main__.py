@@ -12,6 +12,7 @@ from collections import Counter
 
 from bus.protocol.safeguards import BREAKS, Safeguards
 from bus.testing.simulate import surface
+from bus.testing.simulate.quickseed import quick_failing_seed
 from bus.testing.simulate.run import run_once
 
 _SHOWN_FAILURES = 5
@@ -64,6 +65,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.every_break:
         return _search_every_break(args.seed, args.runs, args.progress)
     safeguards = BREAKS[args.break_name][0] if args.break_name else Safeguards()
+    if args.quick_seed is not None:
+        return _quick_seed(args, safeguards)
     listed = _surface_listed() if args.surface else None
     drove: Counter[str] = Counter()
     with surface.counting(drove) if listed is not None else contextlib.nullcontext(drove):
@@ -142,6 +145,19 @@ def _search_every_break(first: int, runs: int, progress: bool) -> int:
     return 1 if unfound else 0
 
 
+def _quick_seed(args: argparse.Namespace, safeguards: Safeguards) -> int:
+    if not args.break_name:
+        raise SystemExit("--quick-seed looks for a break's failing seed: name it with --break")
+    seeds = range(args.seed, args.seed + args.runs)
+    seed, slow = quick_failing_seed(safeguards, seeds, args.quick_seed)
+    print(f"{args.break_name}: " + (f"first seed failing within {args.quick_seed:g} s: {seed}"
+                                    if seed is not None else "none fails that quickly"))
+    print(json.dumps({"break": args.break_name, "seed": seed, "passed_over_slow": slow,
+                      "within_seconds": args.quick_seed, "runs": args.runs,
+                      "first": args.seed}))
+    return 0 if seed is not None else 1
+
+
 def _report(seed: int, break_name: str | None, violations: list[str]) -> None:
     again = f" --break {break_name}" if break_name else ""
     print(f"run with seed {seed} broke {len(violations)} invariant(s); reproduce with: "
@@ -167,6 +183,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="count how often the runs drove each public operation (listed "
                              "from the code: bus.testing.simulate.surface); the summary's "
                              "\"surface\" maps each to its count, \"undriven\" lists those at 0")
+    parser.add_argument("--quick-seed", type=float, metavar="SECONDS",
+                        help="with --break: the first of --runs seeds whose run fails within "
+                             "SECONDS of wall time, passing over slower runs (each run in a "
+                             "process of its own: POSIX only); exit 1 when none does")
     parser.add_argument("--stop-at-first", action="store_true",
                         help="stop after the first run that breaks an invariant (its seed is "
                              "printed)")
