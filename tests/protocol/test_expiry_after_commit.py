@@ -5,6 +5,8 @@ message processed, and an operator's purge has no entry that could lose the reco
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from click.testing import CliRunner
 
@@ -130,11 +132,11 @@ def test_a_copy_committed_while_another_reads_its_token_is_not_poisoned_as_expir
     read_many = second.parts.inbox.read_many
     meanwhile = {"done": False}
 
-    def while_the_token_is_read(endpoint: str, keys: list[str]) -> object:
+    def while_the_token_is_read(endpoint: str, keys: list[str], **how: Any) -> object:
         if not meanwhile["done"]:  # the other process, with the other copy, commits it
             meanwhile["done"] = True
             assert Worker(first, "desk", retry_delay=0, batch_size=1).poll_once()
-        return read_many(endpoint, keys)
+        return read_many(endpoint, keys, **how)
 
     monkeypatch.setattr(second.parts.inbox, "read_many", while_the_token_is_read)
     Worker(second, "desk", retry_delay=0, batch_size=1).poll_once()

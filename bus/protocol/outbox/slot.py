@@ -123,10 +123,11 @@ class Outbox:
         supersedes - ``OutboxRecord.with_fresh_attempts`` - its fresh ids naming a shard each),
         StateError for state changes and a record that one transaction cannot carry together."""
         placeholder = "x" * self._limits.etag_chars
+        wide = tuple(e.model_copy(update={"attempt_id": widest(e.attempt_id)})
+                     for e in record.outgoing)
         largest = record.placed((placeholder,) * len(record.outgoing)).model_copy(update={
-            "superseded": record.attempts(),
-            "outgoing": tuple(e.model_copy(update={"attempt_id": widest(e.attempt_id)})
-                              for e in record.outgoing)}) if self._reserve_growth else record
+            "outgoing": wide, "superseded": record.model_copy(update={"outgoing": wide}).attempts(),
+        }) if self._reserve_growth else record
         slot = self._encode(partition, largest)
         try:
             check_transaction([*state_ops, TableOp("replace", slot)], self._limits)
