@@ -88,10 +88,10 @@ class Parts:
         """The storage the protocol's requests go through."""
         self.settings = settings or Settings()
         self.lanes = Lanes(seams.lanes, self.settings.round_concurrency)
+        """Where every receiver of this bus runs its rounds' independent requests."""
         self.attempt_ids = ShardedIds(self.new_id, self.settings.token_shards, seams.shard_run)
         """Attempt ids spread over the token shards (``bus.protocol.tokens.shards``); the
         plain ``new_id`` makes every other id (marked sends' attempt ids among them)."""
-        """Where every receiver of this bus runs its rounds' independent requests."""
         self.serializer: Serializer = serializer or JsonSerializer()
         self.topics = Topics(self.observed.blobs, self.names.topic_container)
         self.inbox = Inbox(self.observed.tables, self.names.tokens_table)
