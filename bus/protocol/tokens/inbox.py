@@ -527,6 +527,10 @@ def _mark(row: Entity) -> Mark:
 
 
 def _token(row: Entity) -> Token:
+    endpoint = endpoint_of(row.partition_key)
+    if partition(endpoint, row.row_key) != row.partition_key:  # not where the bus puts it
+        raise ValueError(f"its attempt id names another shard than partition "
+                         f"{row.partition_key[:100]!r}")
     props = row.properties
     since = props.get("since")
     generation = props.get("generation", 0)
@@ -536,7 +540,7 @@ def _token(row: Entity) -> Token:
     origin = (Origin(str(props["origin_endpoint"]), str(props["origin_partition"]),
                      str(props["origin_attempt"])) if "origin_endpoint" in props else None)
     due = props.get("due")
-    return Token(endpoint_of(row.partition_key), row.row_key, TokenState(str(props["state"])),
+    return Token(endpoint, row.row_key, TokenState(str(props["state"])),
                  str(props.get("message_id", "")),
                  float(since) if isinstance(since, (int, float)) else 0.0, row.etag,
                  generation if isinstance(generation, int) else 0, signal, origin,
