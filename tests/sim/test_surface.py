@@ -18,7 +18,7 @@ from bus.testing.simulate.run import run_once
 
 pytestmark = pytest.mark.sim
 
-SURFACE_SEED = 1049
+SURFACE_SEED = 1089
 SURFACE_RUNS = 40
 """Runs from ``SURFACE_SEED`` that drive every operation (``--surface`` prints the counts;
 docs/testing.md says how to find a new range when the workload changes)."""
