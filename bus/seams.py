@@ -16,9 +16,9 @@ from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from bus.groups import Gate
 from bus.ids import IdFactory, random_id
 from bus.protocol.safeguards import Safeguards
-from bus.protocol.send.group import Gate
 
 
 @dataclass(frozen=True)

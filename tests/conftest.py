@@ -37,6 +37,10 @@ WORKER_MODULES = ("devhost.worker", "devhost.host", "azure_functions_runtime")
 SLOW_SECONDS = 5.0
 """A test that took this long last time is started first, longest first: on two cores the
 slowest simulation test (over a minute) otherwise starts last and the run waits for it."""
+KNOWN_SLOW = ("sim_long", "sim_slice")
+"""Markers of tests that take tens of seconds to minutes each (the simulation's long breaks, then
+the commit's slice): without a record of durations they are started first, in this order, or
+the run waits for the ones that happened to start last."""
 DURATIONS = Path(__file__).resolve().parents[1] / ".test-durations.json"
 """Each test's duration in the last run that ran it (ignored by git; ``make clean`` removes it).
 Not pytest's cache, which pyproject.toml turns off."""
@@ -73,8 +77,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _slowest_first(items: list[pytest.Item]) -> None:
     """Move the tests that were slow last time (``DURATIONS``) to the front, longest first; the
     others keep their order. Every xdist worker reads the same file, so all collect the same
-    order; a fresh clone has none and runs in the usual order."""
+    order; a fresh clone has none and starts the tests marked ``KNOWN_SLOW`` first."""
     last = _last_durations()
+    if not last:  # a fresh clone (CI): the tests known to take tens of seconds each first
+        items.sort(key=lambda item: next((rank for rank, marker in enumerate(KNOWN_SLOW)
+                                          if item.get_closest_marker(marker)), len(KNOWN_SLOW)))
+        return
     slow = sorted((item for item in items if last.get(item.nodeid, 0.0) >= SLOW_SECONDS),
                   key=lambda item: -last[item.nodeid])
     if slow:

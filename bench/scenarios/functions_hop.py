@@ -57,6 +57,9 @@ class FunctionsRun:
     seconds: float
     ops: dict[tuple[str, str], int]
     """The host's and worker's requests, by (service, request), over the timed interval."""
+    send_seconds: float = 0.0
+    """When the client's last send returned (from the first): near ``seconds``, the client
+    was the bottleneck, not the Functions path."""
 
     @property
     def rate(self) -> float:
@@ -71,7 +74,8 @@ def run(cfg: BenchConfig) -> ScenarioResult:
     runs = [one_run(cfg, variant) for variant in ("single", "grouped")]
     for done in runs:
         progress(f"      {done.variant}: {done.rate:.1f} msgs/s ({done.messages} in "
-                 f"{done.seconds:.1f} s), {done.requests_per_hop:.2f} requests per hop")
+                 f"{done.seconds:.1f} s, the client's sends done at {done.send_seconds:.1f} s), "
+                 f"{done.requests_per_hop:.2f} requests per hop")
     single = runs[0]
     return ScenarioResult(
         key="functions_hop", title="exactly-once hop through the Functions host and worker",
@@ -113,8 +117,13 @@ def _measure(cfg: BenchConfig, variant: str, connection: str, *, proxy: Proxy,
             before = proxy.requests()
             seqs = range(WARMUP, WARMUP + cfg.messages)
             begin = time.perf_counter()
-            sender = threading.Thread(target=_send, args=(client, seqs, cfg.producers,
-                                                          cfg.partitions))
+            sent: list[float] = []
+
+            def send() -> None:
+                _send(client, seqs, cfg.producers, cfg.partitions)
+                sent.append(time.perf_counter() - begin)
+
+            sender = threading.Thread(target=send)
             sender.start()
             _wait(client, table, expected_counts(range(WARMUP + cfg.messages),
                                                  cfg.partitions), host=host, workdir=workdir,
@@ -128,7 +137,8 @@ def _measure(cfg: BenchConfig, variant: str, connection: str, *, proxy: Proxy,
     ops = _by_operation(before, after, services)
     for key, n in mine.items():  # this process's requests (the client, the polls) are not
         ops[key] = ops.get(key, 0) - n  # the Functions path's
-    return FunctionsRun(variant, cfg.messages, seconds, {k: n for k, n in ops.items() if n > 0})
+    return FunctionsRun(variant, cfg.messages, seconds, {k: n for k, n in ops.items() if n > 0},
+                        send_seconds=sent[0] if sent else seconds)
 
 
 def _by_operation(before: dict[tuple[int, str, str], int],

@@ -128,7 +128,7 @@ def grouped_sends(bus: Bus, held: HeldQueues, keys: Sequence[str]) -> None:
 
     def release_when_waiting() -> None:
         deadline = time.monotonic() + 30
-        while len(group._waiting) < len(keys) - 1 and time.monotonic() < deadline:
+        while group.waiting < len(keys) - 1 and time.monotonic() < deadline:
             time.sleep(0.005)
         held.release.set()
 
@@ -240,7 +240,7 @@ def test_a_leader_that_dies_mid_flush_does_not_strand_the_others(storage: Storag
     interrupted: list[BaseException] = []
 
     def release_when_waiting() -> None:
-        while len(group._waiting) < 2:
+        while group.waiting < 2:
             time.sleep(0.005)
         dying.release.set()
 
@@ -278,7 +278,7 @@ def test_a_sender_interrupted_while_waiting_leaves_the_group_usable(storage: Sto
     leader.join(30)
     assert len(interrupted) == 1
     group = bus.parts.sender.group
-    assert group is not None and group._waiting == [] and not group._busy
+    assert group is not None and group.waiting == 0 and not group.busy
     third = threading.Thread(target=lambda: bus.send(Add(key="k2")), daemon=True)
     third.start()
     third.join(30)
