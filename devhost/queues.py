@@ -128,9 +128,14 @@ class QueueListener:
             return []
 
     def _receive_batch(self) -> list[QueueMessage]:
-        return list(self.queue.receive_messages(
-            max_messages=self.options.batch_size,
-            visibility_timeout=int(self.options.lease_seconds)))
+        """One request for up to ``batchSize`` messages, as the host's listener makes
+        (``ReceiveMessagesAsync(batchSize, ...)``): iterating the SDK's pager would ask one
+        message per request, and ask again whenever a page held fewer than wanted."""
+        size = self.options.batch_size
+        pages = self.queue.receive_messages(
+            messages_per_page=size, max_messages=size,
+            visibility_timeout=int(self.options.lease_seconds)).by_page()
+        return list(next(pages, []))
 
     async def _guarded(self, message: QueueMessage) -> None:
         try:

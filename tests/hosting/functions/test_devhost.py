@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from azure.core.exceptions import ServiceRequestError
+from azure.core.pipeline import PipelineRequest
 from azure.storage.queue import QueueClient, QueueServiceClient
 
 from devhost.azurite import Azurite
@@ -159,6 +160,42 @@ async def _run_probe(connection: str, seconds: float,
         worker.stop()
     calls: list[tuple[str, int]] = sys.modules["function_app"].CALLS
     return calls, listener.counters
+
+
+def test_a_poll_is_one_request_for_up_to_a_batch(azurite_connection: str, prefix: str) -> None:
+    """The host's listener asks ``batchSize`` messages in one request; the SDK's pager, left
+    to itself, asks one per request (and asks again after a short page)."""
+    queue, gets = prefix + "poll", []
+    service = QueueServiceClient.from_connection_string(azurite_connection)
+    service.create_queue(queue)
+    for n in range(3):
+        service.get_queue_client(queue).send_message(f"m{n}")
+
+    def counted(request: PipelineRequest[Any]) -> None:
+        if request.http_request.method == "GET":
+            gets.append("GET")
+
+    async def poll() -> int:
+        worker = Worker(PROBE_APP)
+        index = await worker.start()
+        try:
+            listener = QueueListener(index.named("probe"), worker, service,
+                                     QueueOptions(batch_size=16), {})
+            listener.queue = QueueClient.from_connection_string(  # the same, its GETs counted
+                azurite_connection, queue, raw_request_hook=counted)
+            return len(listener._receive_batch())
+        finally:
+            worker.stop()
+
+    saved = dict(os.environ)
+    os.environ.update({"PROBE_QUEUE": queue, "AzureWebJobsStorage": azurite_connection})
+    try:
+        assert asyncio.run(poll()) == 3
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        sys.modules.pop("function_app", None)
+    assert gets == ["GET"]
 
 
 def test_host_poison_rules(azurite_connection: str, prefix: str) -> None:
