@@ -44,21 +44,29 @@ def test_demo_end_to_end_prints_exactly_once_json() -> None:
 
 
 @contextlib.contextmanager
+def _app_environ(settings: dict[str, str]) -> Iterator[None]:
+    """``settings`` in this process's environment and a fresh import of function_app;
+    everything as it was afterwards."""
+    saved = dict(os.environ)
+    os.environ.update(settings)
+    sys.modules.pop("function_app", None)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        sys.modules.pop("function_app", None)
+
+
+@contextlib.contextmanager
 def app_settings(connection: str, prefix: str) -> Iterator[dict[str, str]]:
     """The sample app's settings in this process (and for a devhost started with them), a
     fresh import of function_app; everything as it was afterwards."""
     env = dict(os.environ, AzureWebJobsStorage=connection, BUS_PREFIX=prefix,
                BUS_INLINE_DISPATCH_MAX="1", BUS_DURABLE_HUB=f"Hub{prefix}",
                AzureWebJobsScriptRoot=str(ROOT))
-    saved = dict(os.environ)
-    os.environ.update(env)
-    sys.modules.pop("function_app", None)
-    try:
+    with _app_environ(env):
         yield env
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-        sys.modules.pop("function_app", None)
 
 
 @pytest.fixture
@@ -133,16 +141,10 @@ def _listen(connection: str, queue: str, seconds: float, *, mode: str = "ok",
     """Run the probe app's queue trigger through the worker for ``seconds``; its calls and
     the listener's counters."""
     settings = {"PROBE_QUEUE": queue, "PROBE_MODE": mode, "AzureWebJobsStorage": connection}
-    saved = dict(os.environ)
-    os.environ.update(settings)
-    try:
+    with _app_environ(settings):
         return asyncio.run(_run_probe(connection, seconds, QueueOptions(
             **{"batch_size": 4, "max_polling_interval": 0.2, "visibility_timeout": 0.0,
                "max_dequeue_count": 3, **options})))
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-        sys.modules.pop("function_app", None)
 
 
 async def _run_probe(connection: str, seconds: float,
@@ -187,14 +189,8 @@ def test_a_poll_is_one_request_for_up_to_a_batch(azurite_connection: str, prefix
         finally:
             worker.stop()
 
-    saved = dict(os.environ)
-    os.environ.update({"PROBE_QUEUE": queue, "AzureWebJobsStorage": azurite_connection})
-    try:
+    with _app_environ({"PROBE_QUEUE": queue, "AzureWebJobsStorage": azurite_connection}):
         assert asyncio.run(poll()) == 3
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-        sys.modules.pop("function_app", None)
     assert gets == ["GET"]
 
 
