@@ -33,10 +33,16 @@ entry is then stale (token gone) or a second one of a poisoned message - harmles
 Handler failures are counted the same way (the receiver gets the delivery count, not the
 dequeue count), so a copy's handler is retried only for the deliveries left.
 
-The circuit breaker (``Bus.pause``) is honoured too: while the endpoint is paused a delivered
-message is put back, carrying the deliveries that failed before it (``deliveries``: the host
-counts the copy from 1 again), with a visibility delay until the pause ends (the pause row is
-read at most every 5 s per instance), so messages wait in the queue, not in the function.
+The circuit breaker (``Bus.pause``, or storage throttling) is honoured too. A pause that ends
+within ``PAUSE_WAITED_OUT_SECONDS`` is waited out inside the invocation (the host renews the
+message's lease while its function runs), then the message is processed: a throttling pause
+of a few seconds costs no request, and puts no copy on the queue of a storage account that
+is already busy. During a longer pause a delivered message is put back, carrying the
+deliveries that failed before it (``deliveries``: the host counts the copy from 1 again),
+with a visibility delay until the pause ends (the pause row is read at most every 5 s per
+instance), so messages wait in the queue, not in the function. A copy is a send, and a send
+whose answer is lost leaves two: copies put back on every delivery of a short pause would
+multiply on a flaky network, each one delivered, paused and copied again.
 """
 
 from __future__ import annotations
@@ -52,6 +58,13 @@ from bus.envelope import carried_deliveries
 from bus.hosting.breaker import CircuitBreaker
 from bus.hosting.settlement import Settlement, body_with_deliveries
 from bus.protocol.delivery import Delivery, Outcome
+
+PAUSE_WAITED_OUT_SECONDS = 30.0
+"""The longest pause an invocation waits out before processing its message; during a longer
+one the message is put back on the queue until the pause ends (module doc)."""
+_SHORTEST_WAIT = 0.05
+"""The least an invocation sleeps while it waits out a pause (a clock that does not move
+between two reads cannot make it spin)."""
 
 
 @dataclass
@@ -86,10 +99,12 @@ class QueueTrigger:
                  inline_dispatch_max: int | None, in_process_tries: int = 3,
                  sleep: Callable[[float], None] = time.sleep,
                  wait: Wait | None = None) -> None:
-        """``sleep`` and ``wait``: the in-process retries' pause and its length (the
-        simulation's virtual time)."""
+        """``sleep`` and ``wait``: the in-process retries' pause and its length, ``sleep``
+        also how a short pause of the endpoint is waited out (the simulation's virtual
+        time)."""
         self.bus = bus
         self.endpoint = endpoint
+        self._sleep = sleep
         self.receiver = bus.parts.receiver(endpoint)
         self.queue = bus.names.queue(endpoint)
         self.max_dequeue_count = max_dequeue_count
@@ -122,9 +137,21 @@ class QueueTrigger:
                                     self.bus.storage.queues.limits.signal_bytes)
         return body if copy is None else copy
 
+    def _paused_for(self) -> float:
+        """Seconds the endpoint stays paused once a pause ending within
+        ``PAUSE_WAITED_OUT_SECONDS`` has been waited out (0: go ahead)."""
+        paused = self.breaker.paused_for()
+        waited = 0.0
+        while paused > 0 and waited + paused <= PAUSE_WAITED_OUT_SECONDS:
+            step = max(paused, _SHORTEST_WAIT)
+            self._sleep(step)
+            waited += step
+            paused = self.breaker.paused_for()  # an operator may have paused it for longer
+        return paused
+
     def _deliver(self, raw: bytes, dequeue_count: int) -> Delivery:
         body = base64.b64encode(raw).decode("ascii")
-        paused = self.breaker.paused_for()
+        paused = self._paused_for()
         if paused > 0:
             queues = self.bus.storage.queues
             queues.send(self.queue, self._paused_copy(raw, body, dequeue_count),

@@ -9,7 +9,7 @@ import pytest
 
 from bus import Command, Context, Endpoint
 from bus.envelope import carried_deliveries
-from bus.hosting.functions.trigger import QueueTrigger
+from bus.hosting.functions.trigger import PAUSE_WAITED_OUT_SECONDS, QueueTrigger
 from bus.protocol.delivery import Outcome
 from bus.seams import Seams
 from bus.storage import Storage
@@ -21,9 +21,10 @@ class Tick(Command):
 
 
 class Paused:
-    """``ticks`` paused, one Tick taken off its queue as the host hands it to the trigger."""
+    """``ticks`` paused for ``seconds``, one Tick taken off its queue as the host hands it to
+    the trigger (whose sleeps move the clock on)."""
 
-    def __init__(self, storage: Storage, prefix: str) -> None:
+    def __init__(self, storage: Storage, prefix: str, seconds: float = 600) -> None:
         self.clock = [1_900_000_000.0]
         self.seen: list[int] = []
         ticks = Endpoint("ticks")
@@ -37,12 +38,17 @@ class Paused:
         self.bus.provision()
         self.queue = self.bus.names.queue("ticks")
         self.bus.send(Tick(n=1))
+        self.slept: list[float] = []
         self.trigger = QueueTrigger(self.bus, "ticks", max_dequeue_count=5,
-                                    inline_dispatch_max=None)
-        self.bus.pause("ticks", 600, reason="maintenance")
+                                    inline_dispatch_max=None, sleep=self.sleep)
+        self.bus.pause("ticks", seconds, reason="maintenance")
         [message] = storage.queues.receive(self.queue, max_messages=1, lease=30)
         storage.queues.delete(self.queue, message)  # what the host does when the function returns
         self.raw = base64.b64decode(message.body)
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.clock[0] += seconds
 
 
 def test_a_paused_endpoint_puts_deliveries_back_until_the_pause_ends(storage: Storage,
@@ -71,3 +77,29 @@ def test_a_paused_put_back_keeps_the_deliveries_that_already_failed(
     assert carried_deliveries(base64.b64decode(body))[1] == 2
     assert paused.trigger.deliver(base64.b64decode(body), 1).outcome is Outcome.REQUEUED
     assert carried_deliveries(base64.b64decode(put_back[1]))[1] == 2  # not counted twice
+
+
+@pytest.mark.parametrize("seconds", [4, PAUSE_WAITED_OUT_SECONDS])
+def test_a_short_pause_is_waited_out_without_a_copy(storage: Storage, prefix: str,
+                                                     seconds: float) -> None:
+    """A pause ending within ``PAUSE_WAITED_OUT_SECONDS`` (a throttling pause of a few
+    seconds) is slept through in the invocation, which then processes its message: nothing is
+    put back on the queue."""
+    paused = Paused(storage, prefix, seconds)
+    assert paused.trigger.deliver(paused.raw, 1).outcome is Outcome.PROCESSED
+    assert paused.seen == [1] and storage.queues.depth(paused.queue) == 0
+    assert seconds <= sum(paused.slept) <= seconds + 5  # (the pause row is read every 5 s)
+
+
+def test_a_pause_made_longer_while_an_invocation_waits_puts_its_message_back(
+        storage: Storage, prefix: str) -> None:
+    paused = Paused(storage, prefix, 10)
+    sleep = paused.sleep
+
+    def longer(seconds: float) -> None:  # the operator extends the pause meanwhile
+        paused.bus.pause("ticks", 600, reason="longer")
+        sleep(seconds)
+
+    paused.trigger._sleep = longer
+    assert paused.trigger.deliver(paused.raw, 1).outcome is Outcome.REQUEUED
+    assert paused.seen == [] and storage.queues.depth(paused.queue) == 1
