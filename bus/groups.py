@@ -8,7 +8,8 @@ time per group; each caller flushes at most the one group it leads, so nobody do
 work for others.
 
 The client's concurrent sends share their token transaction and signal bundle this way
-(``bus.protocol.send.group``).
+(``bus.protocol.send.group``); under Azure Functions, concurrent invocations of one endpoint
+share a claim round (``bus.hosting.functions.rounds``).
 
 What a flush did for each member is written on the member itself by the flush; a member the
 flush never reached (its leader died half-way) finds nothing written and must say so to its

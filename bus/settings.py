@@ -80,8 +80,9 @@ class Settings(BaseModel):
     Changing it is safe at any time (each attempt id names its shard); 1 is the layout of
     versions before shards."""
     release_resend_seconds: float = Field(300.0, gt=0)
-    """A released deferral still unprocessed after this long gets its signal sent again by the
-    sweeper (the release may have stopped between its two steps)."""
+    """A released deferral or a replayed poisoned message still unprocessed after this long gets
+    its signal sent again by the sweeper (the release or the replay may have stopped between
+    making its token live and sending)."""
     ledger_retention_seconds: float = Field(7 * 24 * 3600.0, gt=0)
     """How long ``Bus.send_once`` remembers a message id (its duplicate-detection window)."""
     send_attempts: int = Field(5, ge=1)

@@ -44,10 +44,10 @@ param inlineDispatchMax int = 4
 @description('BUS_STALLED_OUTBOX_SECONDS: maintenance finishes outbox records older than this.')
 @minValue(1)
 param stalledOutboxSeconds int = 600
-@description('BUS_DELIVERY_THREADS: threads for the queue triggers\' blocking work; 0 uses the event loop\'s default executor (docs/functions.md, "Threads").')
+@description('BUS_DELIVERY_THREADS: threads for the queue triggers\' deliveries (32); 0 uses the event loop\'s default executor (docs/functions.md, "Threads").')
 @minValue(0)
 @maxValue(256)
-param deliveryThreads int = 0
+param deliveryThreads int = 32
 
 @description('Optional: object id of the operators (a user or group, or the dashboard\'s identity) running the poison-queue and sessions tools and the dashboard: poison queues, sends to and reads of the endpoint queues, the inbox tokens table, the state tables, the payload container - nothing else (docs/deploy.md, "Roles").')
 param operatorPrincipalId string = ''

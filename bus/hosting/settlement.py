@@ -50,7 +50,7 @@ import base64
 import binascii
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Generic, Protocol, TypeVar
@@ -71,6 +71,10 @@ REQUEUE_DELAY_SECONDS = 30.0
 
 
 L_contra = TypeVar("L_contra", bound=Leased, contravariant=True)
+
+
+def _no_trace(message: Leased) -> Mapping[str, str] | None:
+    return None
 
 
 class Host(Protocol[L_contra]):
@@ -109,10 +113,12 @@ class Settlement(Generic[M]):
                  max_delivery_count: int | None = None,
                  inline_max: int | None = None, in_process_tries: int = 3,
                  wait: Wait | None = None, sleep: Callable[[float], None] = time.sleep,
-                 breaker: CircuitBreaker | None = None) -> None:
+                 breaker: CircuitBreaker | None = None,
+                 trace_of: Callable[[M], Mapping[str, str] | None] = _no_trace) -> None:
         """``max_delivery_count``: the bus's setting unless the host has its own (host.json
         ``maxDequeueCount``); ``inline_max``: see ``Receiver.receive``; ``breaker`` is told
-        about throttling."""
+        about throttling; ``trace_of``: the trace context a message's signals are processed
+        in (a Functions invocation's; by default the current one)."""
         self.bus = bus
         self.endpoint = endpoint
         self.receiver = bus.parts.receiver(endpoint)
@@ -125,6 +131,7 @@ class Settlement(Generic[M]):
         self._wait = wait
         self._sleep = sleep
         self._breaker = breaker
+        self._trace_of = trace_of
 
     def settle(self, messages: Sequence[M], *, together: bool = True) -> list[Settled[M]]:
         """Process and settle the signals of ``messages``; one result per signal, in order.
@@ -143,12 +150,13 @@ class Settlement(Generic[M]):
         """The signal as the receiver takes it: without the delivery count it carries, which
         is added to the host's (*count*)."""
         ack = partial(self._ack, part)
+        trace = self._trace_of(part.message)
         raw = _decoded(part.body)
-        if raw is None:
-            return Incoming(part.body, part.dequeue_count, ack)  # the receiver poisons it
+        if raw is None:  # the receiver poisons it
+            return Incoming(part.body, part.dequeue_count, ack, trace)
         bare, carried = carried_deliveries(raw)
         body = part.body if carried == 0 else base64.b64encode(bare).decode("ascii")
-        return Incoming(body, carried + part.dequeue_count, ack)
+        return Incoming(body, carried + part.dequeue_count, ack, trace)
 
     def _receive_one(self, signal: Incoming) -> Delivery | Exception:
         [result] = self.receiver.receive([signal], inline_max=self._inline_max)

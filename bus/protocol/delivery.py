@@ -53,6 +53,9 @@ class Incoming:
     body: str
     dequeue_count: int
     ack: Callable[[], None] = no_ack
+    trace: Mapping[str, str] | None = None
+    """The trace context (W3C headers) its processing continues - a Functions invocation's,
+    when invocations share a round - or None for the current one."""
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,10 @@ param busEndpoints string = ''
 param inlineDispatchMax int = 4
 @description('BUS_STALLED_OUTBOX_SECONDS: maintenance finishes outbox records older than this.')
 param stalledOutboxSeconds int = 600
-@description('BUS_DELIVERY_THREADS: threads for the queue triggers\' blocking work; 0 uses the event loop\'s default executor (docs/functions.md, "Threads").')
+@description('BUS_DELIVERY_THREADS: threads for the queue triggers\' deliveries (32); 0 uses the event loop\'s default executor (docs/functions.md, "Threads").')
 @minValue(0)
 @maxValue(256)
-param deliveryThreads int = 0
+param deliveryThreads int = 32
 @description('Most instances the app scales out to. Flex Consumption accepts 40 to 1000.')
 @minValue(40)
 @maxValue(1000)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,7 +20,7 @@ from bus.protocol.poison.queue import PoisonQueue
 from bus.protocol.safeguards import Safeguards
 from bus.protocol.tokens.inbox import TokenState
 from bus.seams import Seams
-from bus.storage import NotFound, Storage
+from bus.storage import NotFound, Storage, StorageError
 from bus.testing import drain, seamed_bus
 from tests.support import dlq_app
 from tests.support.dlq_app import Charge
@@ -104,7 +105,7 @@ def test_an_interrupted_replay_resends_and_a_stale_entry_is_dropped(storage: Sto
     [letter] = bus.poisoned("payments").entries()
     assert letter.entry.envelope is not None
     token = bus.parts.inbox.read("payments", letter.entry.envelope.attempt_id)
-    assert token is not None and bus.parts.inbox.revive(token, 0.0)
+    assert token is not None and bus.parts.inbox.revive(token, 0.0, letter.entry.original_body)
     assert bus.poisoned("payments").replay() == {entry: ReplayResult.RESENT}
     bus.storage.queues.send(bus.names.queue("payments"), letter.entry.original_body)  # a copy
     assert drain(bus).total() == {"processed": 1, "duplicate": 1}
@@ -115,6 +116,42 @@ def test_an_interrupted_replay_resends_and_a_stale_entry_is_dropped(storage: Sto
     [again] = bus.poisoned("payments").entries()
     assert bus.poisoned("payments").replay() == {again.id: ReplayResult.STALE}
     assert bus.storage.queues.depth(bus.names.queue("payments")) == 0
+
+
+class _FailsOnce(NoFaults):
+    """The next call of ``operation`` fails once armed."""
+
+    def __init__(self, service: str, operation: str) -> None:
+        self.call = (service, operation)
+        self.armed = False
+
+    def before_call(self, service: str, operation: str) -> Fault | None:
+        if self.armed and (service, operation) == self.call:
+            self.armed = False
+            return Fault.FAIL_BEFORE
+        return None
+
+
+def test_a_replay_stopped_before_its_signal_is_finished_by_the_sweeper(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replay that made the token live and then could not send the signal (a send that
+    failed, a process that died), with nobody replaying again: the token carries the signal,
+    and the sweeper sends it once it has waited ``release_resend_seconds``, as for a release -
+    it is never a live token that nothing will ever signal."""
+    hooks = _FailsOnce("queue", "send")
+    bus = dlq_app.build(InMemoryStorage(hooks=hooks), "t")
+    entry = poisoned(bus, "o7")
+    dlq_app.FAILING["on"] = False
+    hooks.armed = True
+    with pytest.raises(StorageError):
+        bus.poisoned("payments").replay({entry})
+    assert drain(bus).total() == {}  # no signal went out
+    assert bus.sweeper().sweep().released_signals_resent == 0  # not yet: it may still come
+    later = time.time() + bus.settings.release_resend_seconds + 1
+    monkeypatch.setattr(bus.parts, "clock", lambda: later)
+    assert bus.sweeper().sweep().released_signals_resent == 1
+    assert drain(bus).total() == {"processed": 1}
+    assert charged(bus, "o7") == 1
 
 
 def test_a_signal_the_host_moved_is_adopted_and_replayed(storage: Storage,
@@ -132,6 +169,24 @@ def test_a_signal_the_host_moved_is_adopted_and_replayed(storage: Storage,
     assert bus.poisoned("payments").replay() == {letter.id: ReplayResult.REPLAYED}
     assert drain(bus).total() == {"processed": 1}
     assert charged(bus, "o3") == 1
+
+
+def test_what_an_adoption_that_failed_left_is_shown_again_at_once() -> None:
+    """An adoption that fails half-way (storage trouble) makes the host's messages it had
+    leased visible again at once, as it does the bus's own entries: hidden for the peek
+    lease, no other reader could adopt them, and each expires after 7 days unless adopted."""
+    hooks = _FailsOnce("table", "get")
+    bus = dlq_app.build(InMemoryStorage(hooks=hooks), "t")
+    dlq_app.FAILING["on"] = False
+    queue, poison = bus.names.queue("payments"), bus.names.poison_queue("payments")
+    bus.send_many([Charge(order_id="o8", amount=8), Charge(order_id="o9", amount=9)])
+    for message in bus.storage.queues.receive(queue, max_messages=2, lease=30):
+        bus.storage.queues.send(poison, message.body)  # the host gave up on both
+        bus.storage.queues.delete(queue, message)
+    hooks.armed = True  # the first one's token read fails
+    with pytest.raises(StorageError):
+        bus.poisoned("payments").adopt()
+    assert len(bus.storage.queues.receive(poison, max_messages=32, lease=30)) == 2
 
 
 def test_purge_removes_the_entry_and_its_parked_token(storage: Storage, prefix: str) -> None:
@@ -156,7 +211,7 @@ def test_purge_removes_a_token_poisoned_as_a_presumed_orphan(storage: Storage,
     [letter] = bus.poisoned("payments").entries()
     assert letter.entry.envelope is not None
     token = bus.parts.inbox.read("payments", letter.entry.envelope.attempt_id)
-    assert token is not None and bus.parts.inbox.revive(token, 1.0)
+    assert token is not None and bus.parts.inbox.revive(token, 1.0, letter.entry.original_body)
     token = bus.parts.inbox.read("payments", letter.entry.envelope.attempt_id)
     assert token is not None and bus.parts.inbox.poison(token, 2.0, orphan=True)
     assert bus.poisoned("payments").purge({entry}) == [entry]

@@ -12,6 +12,7 @@ from bus.protocol.copies.courier import Courier
 from bus.protocol.delivery import Incoming
 from bus.protocol.outbox import deferral, dispatch
 from bus.protocol.records import OutboxRecord
+from bus.protocol.safeguards import BREAKS
 from bus.protocol.tokens.inbox import TokenState
 from bus.storage import TransientError
 from bus.testing import InMemoryStorage, drain
@@ -95,3 +96,20 @@ def test_maintenance_releases_what_waits_in_a_session_whose_close_stopped_after_
     assert bus.sessions("s").release_overdue() == 0
     info = bus.sessions("s").get("o1")
     assert info is not None and info.closed and info.waiting == ()
+
+
+@pytest.mark.parametrize("action", ["close", "skip"])
+def test_without_completing_first_the_action_misses_the_copy(
+        action: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The break ``act-on-unfinished`` (the simulation seldom shows it: maintenance releases
+    what waits in a closed session, or past a gap at an endpoint that skips gaps, a pass
+    later): the action releases nothing, the record then defers the copy, and it waits -
+    at this endpoint, which blocks at gaps, until an operator acts once more."""
+    shop = Shop(InMemoryStorage(), "p", safeguards=BREAKS["act-on-unfinished"][0])
+    set_aside_uncompleted(shop, monkeypatch)
+    assert getattr(shop.bus.sessions("s"), action)("o1") == 0
+    drain(shop.bus, fail_fast=False)
+    shop.bus.parts.outbox_driver("s").recover(0.0)  # the record is finished: the copy deferred
+    # Step 1's token is live (its signal lost on the way), step 2's deferred, unreleased.
+    assert sorted(t.state for t in shop.bus.parts.inbox.all("s")) == [TokenState.DEFERRED,
+                                                                       TokenState.LIVE]

@@ -18,6 +18,7 @@ from bus.envelope import Envelope
 from bus.hosting.maintenance import maintenance_pass
 from bus.operations.cli import main
 from bus.protocol.poison.poisoned import ReplayResult
+from bus.protocol.safeguards import Safeguards
 from bus.protocol.sessions.order import Gaps, SessionRow, SetAside, Waiting, plan
 from bus.retry import Reject
 from bus.seams import Seams
@@ -52,7 +53,7 @@ class Shop:
     """Endpoint ``s`` handles Step in sessions by order; ``a`` sends Steps from a handler."""
 
     def __init__(self, storage: Storage, prefix: str, *, skip_gaps: bool = False,
-                 refuse: set[int] | None = None) -> None:
+                 refuse: set[int] | None = None, safeguards: Safeguards | None = None) -> None:
         self.clock = Clock()
         self.handled: list[tuple[str, int, int | None]] = []
         self.refuse = refuse if refuse is not None else set()
@@ -77,7 +78,8 @@ class Shop:
             for n in range(message.first, message.first + message.count):
                 ctx.send(Step(order=message.order, n=n))
 
-        self.bus = seamed_bus(Seams(clock=self.clock), storage, [s, a], prefix=prefix,
+        self.bus = seamed_bus(Seams(clock=self.clock, safeguards=safeguards or Safeguards()),
+                              storage, [s, a], prefix=prefix,
                               settings=Settings(signal_bundles=False))
         self.bus.provision()
 

@@ -32,8 +32,11 @@ STALLED_OUTBOX_SECONDS = 600.0
 """Default of ``BUS_STALLED_OUTBOX_SECONDS``: maintenance finishes outbox records older than
 this (an orchestration that failed for good, or a host that died between commit and start)."""
 
-DELIVERY_THREADS = 0
-"""Default of ``BUS_DELIVERY_THREADS``: threads that run the endpoints' deliveries."""
+DELIVERY_THREADS = 32
+"""Default of ``BUS_DELIVERY_THREADS``: threads that run the endpoints' deliveries. An
+invocation waiting for its shared claim round holds one (``bus.hosting.functions.rounds``), so
+the threads bound how many invocations a round can hold: the event loop's default executor has
+``min(32, cpus + 4)``, six on two cores (docs/functions.md, "Threads")."""
 
 
 @dataclass(frozen=True)

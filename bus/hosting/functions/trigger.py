@@ -48,6 +48,7 @@ multiply on a flaky network, each one delivered, paused and copied again.
 from __future__ import annotations
 
 import base64
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -55,7 +56,9 @@ from dataclasses import dataclass
 from bus.backoff import Wait
 from bus.bus import Bus
 from bus.envelope import carried_deliveries
+from bus.groups import Gate
 from bus.hosting.breaker import CircuitBreaker
+from bus.hosting.functions.rounds import SharedRounds
 from bus.hosting.settlement import Settlement, body_with_deliveries
 from bus.protocol.delivery import Delivery, Outcome
 
@@ -73,6 +76,8 @@ class _Invocation:
 
     body: str
     dequeue_count: int
+    trace: Mapping[str, str] | None = None
+    """The invocation's trace context: its signals' process spans continue it."""
     failure: Exception | None = None
 
 
@@ -98,10 +103,12 @@ class QueueTrigger:
     def __init__(self, bus: Bus, endpoint: str, *, max_dequeue_count: int,
                  inline_dispatch_max: int | None, in_process_tries: int = 3,
                  sleep: Callable[[float], None] = time.sleep,
-                 wait: Wait | None = None) -> None:
+                 wait: Wait | None = None,
+                 gate: Callable[[], Gate] = threading.Event) -> None:
         """``sleep`` and ``wait``: the in-process retries' pause and its length, ``sleep``
-        also how a short pause of the endpoint is waited out (the simulation's virtual
-        time)."""
+        also how a short pause of the endpoint is waited out; ``gate``: what a concurrent
+        invocation waits on for its shared round (``rounds``; the simulation's virtual time
+        for all three)."""
         self.bus = bus
         self.endpoint = endpoint
         self._sleep = sleep
@@ -112,11 +119,13 @@ class QueueTrigger:
         self.settlement: Settlement[_Invocation] = Settlement(
             bus, endpoint, _FunctionsHost(), max_delivery_count=max_dequeue_count,
             inline_max=inline_dispatch_max, in_process_tries=in_process_tries, sleep=sleep,
-            wait=wait)
+            wait=wait, trace_of=lambda invocation: invocation.trace)
+        self.rounds = SharedRounds(self.settlement, gate)
 
     def deliver(self, raw: bytes, dequeue_count: int,
                 trace_context: Mapping[str, str] | None = None) -> Delivery:
-        """Process one message body (already base64-decoded by the host).
+        """Process one message body (already base64-decoded by the host), in a claim round
+        shared with the invocations of this endpoint running at the same time (``rounds``).
 
         ``trace_context``: the invocation's W3C ``traceparent`` (and ``tracestate``), the
         parent of the process spans (``Settings.process_span_parent``). The worker runs a
@@ -125,7 +134,7 @@ class QueueTrigger:
         Returns normally when the message may be deleted; raises to have it redelivered.
         """
         with self.bus.parts.telemetry.continued(trace_context):
-            return self._deliver(raw, dequeue_count)
+            return self._deliver(raw, dequeue_count, trace_context)
 
     def _paused_copy(self, raw: bytes, body: str, dequeue_count: int) -> str:
         """The signal to put back while the endpoint is paused, carrying the deliveries that
@@ -149,7 +158,8 @@ class QueueTrigger:
             paused = self.breaker.paused_for()  # an operator may have paused it for longer
         return paused
 
-    def _deliver(self, raw: bytes, dequeue_count: int) -> Delivery:
+    def _deliver(self, raw: bytes, dequeue_count: int,
+                 trace_context: Mapping[str, str] | None) -> Delivery:
         body = base64.b64encode(raw).decode("ascii")
         paused = self._paused_for()
         if paused > 0:
@@ -157,8 +167,8 @@ class QueueTrigger:
             queues.send(self.queue, self._paused_copy(raw, body, dequeue_count),
                         delay=min(paused, queues.limits.longest_delay))
             return Delivery(Outcome.REQUEUED)
-        invocation = _Invocation(body, dequeue_count)
-        settled = self.settlement.settle([invocation])
+        invocation = _Invocation(body, dequeue_count, trace_context)
+        settled = self.rounds.settle(invocation)
         if invocation.failure is not None:
             raise invocation.failure
         deliveries = tuple(s.delivery for s in settled if s.delivery is not None)

@@ -4,15 +4,18 @@ A poisoned message's inbox token is *poisoned* (``inbox``): no copy of it can be
 it sits in the poison queue. Replaying is therefore exactly-once by construction:
 
 1. revive the token (poisoned → live) with a compare-and-swap on its ETag - of two replays of one
-   entry, only one can do this;
+   entry, only one can do this - writing on it the signal step 2 sends;
 2. put the original signal back on the endpoint's queue;
 3. delete the poison entry.
 
 A replay interrupted after step 1 leaves a live token and the entry: replaying again sees the
 token live and just re-sends the signal (a second copy of a live message is a duplicate the
-receiver drops once the first is processed). A token that is gone means the message was
-processed (or purged) since: the entry is stale and is removed. Entries without an envelope
-(bodies that were never a message) cannot be replayed; purge them.
+receiver drops once the first is processed), and if nobody does, the sweeper sends the signal
+the token carries once it has waited ``Settings.release_resend_seconds``, as it does for a
+released deferral (``sweeper``) - an operator who decided to leave the entry after a replay of
+every entry stopped half-way leaves no message that nothing will ever signal. A token that is
+gone means the message was processed (or purged) since: the entry is stale and is removed.
+Entries without an envelope (bodies that were never a message) cannot be replayed; purge them.
 
 A token found live (or pending, or poisoned as a presumed orphan) is rewritten live in step 1 all
 the same, by the same compare-and-swap: a poisoning writes its entry first and poisons the token
@@ -151,18 +154,24 @@ class PoisonedMessages:
         dropped: there is nothing to replay."""
         adopted = 0
         ours: list[QueueMessage] = []
+        unadopted: list[QueueMessage] = []  # the host's, leased here and not adopted (yet)
         try:
             while page := self._queues.receive(self._poison, max_messages=_PAGE,
                                                lease=self.peek_lease):
+                theirs: list[QueueMessage] = []
                 for message in page:
-                    if self._ours(message):
-                        ours.append(message)
-                    else:
-                        adopted += self._adopt(message)
+                    (ours if self._ours(message) else theirs).append(message)
+                unadopted.extend(theirs)
+                for message in theirs:
+                    adopted += self._adopt(message)
+                    unadopted.remove(message)
             if self._one_entry:
                 ours = self._without_duplicates(ours)
         finally:
-            self._release(ours)
+            # The host's messages a failure left unadopted are shown again at once too:
+            # hidden for the peek lease, no other reader could adopt them meanwhile, and
+            # each expires with the queue's time-to-live unless adopted.
+            self._release(ours + unadopted)
         return adopted
 
     def _without_duplicates(self, ours: list[QueueMessage]) -> list[QueueMessage]:
@@ -314,7 +323,7 @@ class PoisonedMessages:
             # read before this entry was written fails (see the module docstring).
             result = ReplayResult.REPLAYED if found is Verdict.POISONED else ReplayResult.RESENT
             swap = found is Verdict.POISONED or (found is Verdict.PROCESS and self._swap_live)
-            if swap and not self._inbox.revive(token, self._clock()):
+            if swap and not self._inbox.revive(token, self._clock(), body):
                 continue  # it changed under us: look again
             self._queues.send(self._queue, body)
             self._queues.delete(self._poison, message)

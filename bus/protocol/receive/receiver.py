@@ -225,9 +225,10 @@ class Receiver:
         for index, item in enumerate(batch):
             try:
                 decoded = self._admission.decode(item)
-                span = processing[index] = self._telemetry.process(
-                    self.endpoint, decoded if isinstance(decoded, Envelope) else None,
-                    item.dequeue_count, parent_on_message=self._parent_on_message)
+                with self._telemetry.continued(item.trace):
+                    span = processing[index] = self._telemetry.process(
+                        self.endpoint, decoded if isinstance(decoded, Envelope) else None,
+                        item.dequeue_count, parent_on_message=self._parent_on_message)
                 with span.active():
                     step = self._admission.admit(item, decoded)
             except Exception as exc:

@@ -325,10 +325,12 @@ class Inbox:
             return None
         return replace(live, etag=etag)
 
-    def revive(self, token: Token, now: float) -> bool:
+    def revive(self, token: Token, now: float, signal: str) -> bool:
         """Make a token live again for a poison-queue replay - a poisoned one, or a live or
-        pending one rewritten live, so that its ETag changes; False if it changed."""
-        return self._move(replace(token, orphan=False), TokenState.LIVE, now)
+        pending one rewritten live, so that its ETag changes - carrying the ``signal`` the
+        replay sends next (the sweeper sends it again if the replay stops before it does);
+        False if it changed."""
+        return self._move(replace(token, orphan=False, signal=signal), TokenState.LIVE, now)
 
     def defer(self, token: Token, signal: str, now: float) -> bool:
         """Set a live token aside with the signal to send when it is released, and index it by

@@ -8,10 +8,11 @@ What can be left behind, and when it is removed:
 * a claim-check blob whose token is gone or fenced - at once (tokens are created before
   their payload blob, so such a blob can never be needed again); a deferred message keeps its
   token, so its blob stays;
-* a released deferral (a live token of a later generation) still unprocessed after
-  ``release_resend`` seconds - its signal is sent again, at every sweep until it is processed
-  (the release may have crashed between making the token live and sending; a second signal
-  is a harmless duplicate). It is never presumed an orphan: its token carries its signal;
+* a released deferral (a live token of a later generation) or a replayed message (a token a
+  poison-queue replay made live) still unprocessed after ``release_resend`` seconds - its
+  signal is sent again, at every sweep until it is processed (the release or the replay may
+  have stopped between making the token live and sending; a second signal is a harmless
+  duplicate). It is never presumed an orphan: its token carries its signal;
 * an index row of a deferral (``inbox``) whose token is gone - at once (the message was
   released and processed);
 * a pending token (created before its record's commit, ``dispatch``) that no committed record
@@ -56,6 +57,8 @@ class SweepReport:
     payloads_removed: int = 0
     deferral_index_removed: int = 0
     released_signals_resent: int = 0
+    """Signals sent again from the live tokens that carry them: released deferrals and
+    replayed messages still unprocessed."""
     pending_tokens_removed: int = 0
     send_marks_forgotten: int = 0
 
@@ -89,10 +92,10 @@ class Sweeper:
             if token.state is TokenState.FENCED and age > self._ghost_horizon:
                 self._inbox.delete_if_unchanged(token)
                 report.fences_removed += 1
-            elif (token.state is TokenState.LIVE and token.generation and token.signal
+            elif (token.state is TokenState.LIVE and token.signal
                   and age > self._release_resend):
-                # A released deferral carries its signal: never a presumed orphan, since the
-                # sweeper itself can always make its signal come.
+                # A released deferral or a replayed message carries its signal: never a
+                # presumed orphan, since the sweeper itself can always make its signal come.
                 self._resend(token.endpoint, token.signal)
                 report.released_signals_resent += 1
             elif token.state is TokenState.PENDING and age > self._pending_age:

@@ -16,7 +16,8 @@ from bus.testing.simulate.quickseed import quick_failing_seed
 from bus.testing.simulate.run import run_once
 
 _SHOWN_FAILURES = 5
-EXERCISED = ("functions_deliveries", "functions_requeued", "host_poisoned",
+EXERCISED = ("functions_deliveries", "invocations_in_shared_rounds", "functions_requeued",
+             "host_poisoned",
              "orchestrations_started", "orchestrations_repeated", "orchestrations_never_run",
              "poisoned_replayed", "alerted_replays", "presumed_orphans", "skewed_processes",
              "deferred_again", "early_copies_put_back", "spark_jobs", "spark_task_attempts",
@@ -26,24 +27,25 @@ EXERCISED = ("functions_deliveries", "functions_requeued", "host_poisoned",
              "sessions_closed", "gaps_skipped", "sessions_refused", "overdue_releases",
              "briefs", "briefs_near_inline", "fan_outs_committed", "fan_outs_too_large",
              "maintenance_outages", "sessions_closed_at_set_aside", "audited_actions")
-"""How often each entry point beside the polling worker ran (bus.testing.simulate.functions and
-.spark: write jobs with their task attempts, the rows they published, a streaming query's
-micro-batches and the ones it ran again after a restart, batch reads with those that failed and
-those refused - their run key committed, or given up by a later read), the operator's replays
-(the entries it replayed, and the passes it made at once, alerted to a new entry), how many
-live tokens the sweeper poisoned as presumed orphans (their messages processed all the same when
-their signals came), the worker processes whose clocks were off, the messages deferred again
-after a release, and the copies that arrived before they were due (a delay longer than the
-queue allows, or a skewed clock) and were put back until due, and the host's poison copies
-sent with a time-to-live (each must be adopted before it runs out: ``expired_messages``,
-beside, counts those that ran out at all, after their adoption). For the runs with sessions
-(endpoint ``s``): the Tallies handled, those of them that had been set aside until their turn,
-the sessions closed, the gaps skipped, the copies poisoned because their session had skipped
-their number, and the waiting copies maintenance released once their gap outlasted the reorder
-window. For the runs with Briefs (``bus.testing.simulate.briefs``): the Briefs sent, those whose
-payload was within a few hundred bytes of what a signal carries inline, and the fan-outs near
-an outbox record's limit that committed and that were a few bytes over it. The runs whose
-maintenance stopped for longer than the host's poison copies live (``run.Outage``)."""
+"""How often each entry point beside the polling worker ran (bus.testing.simulate.functions, with
+the invocations that shared a claim round with concurrent ones, and .spark: write jobs with
+their task attempts, the rows they published, a streaming query's micro-batches and the ones it
+ran again after a restart, batch reads with those that failed and those refused - their run key
+committed, or given up by a later read), the operator's replays (the entries it replayed, and
+the passes it made at once, alerted to a new entry), how many live tokens the sweeper poisoned
+as presumed orphans (their messages processed all the same when their signals came), the worker
+processes whose clocks were off, the messages deferred again after a release, and the copies
+that arrived before they were due (a delay longer than the queue allows, or a skewed clock) and
+were put back until due, and the host's poison copies sent with a time-to-live (each must be
+adopted before it runs out: ``expired_messages``, beside, counts those that ran out at all,
+after their adoption). For the runs with sessions (endpoint ``s``): the Tallies handled, those
+of them that had been set aside until their turn, the sessions closed, the gaps skipped, the
+copies poisoned because their session had skipped their number, and the waiting copies
+maintenance released once their gap outlasted the reorder window. For the runs with Briefs
+(``bus.testing.simulate.briefs``): the Briefs sent, those whose payload was within a few hundred
+bytes of what a signal carries inline, and the fan-outs near an outbox record's limit that
+committed and that were a few bytes over it. The runs whose maintenance stopped for longer than
+the host's poison copies live (``run.Outage``)."""
 
 
 def main(argv: list[str] | None = None) -> int:

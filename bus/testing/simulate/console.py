@@ -36,6 +36,7 @@ import click
 from bus import Bus
 from bus.adapters.memory import InMemoryStorage
 from bus.errors import BusError
+from bus.hosting.functions.trigger import PAUSE_WAITED_OUT_SECONDS
 from bus.operations.cli import main as cli
 from bus.protocol.poison.queue import PoisonEntry
 from bus.protocol.sessions.order import SESSION_ROW, SessionRow, decode
@@ -308,6 +309,8 @@ class Console:
         if self._sessions is not None and rng.random() < 0.5:
             target = SESSIONS
         seconds, reason = rng.uniform(0.5, 4.0), rng.choice(("", "deploying"))
+        if rng.random() < 0.2:  # longer than a Functions invocation waits out: put back
+            seconds += PAUSE_WAITED_OUT_SECONDS
         pause = rng.random() < 0.6
         # No command pauses: the API, or (the command line drawn) the dashboard when it is there.
         if self._way("pause") == "api" or self._api is None:

@@ -26,7 +26,7 @@ from bus.protocol.poison.queue import PoisonEntry
 from bus.storage import QueueMessage, StorageError
 from bus.testing.simulate.entries import whole_entry
 from bus.testing.simulate.sessions import settled
-from bus.testing.simulate.world import Actor, World
+from bus.testing.simulate.world import Actor, Gate, World
 
 SIGNAL_BATCH = 2  # copies per signal activity (the app's is 16; small here, to interleave)
 HOST_COPY_TTL = 120.0
@@ -37,7 +37,9 @@ out under the simulation's stalls while an operator's replay is still reading)."
 
 
 class FunctionsHost:
-    """One instance of the Functions host for one endpoint's queue trigger."""
+    """One instance of the Functions host for one endpoint's queue trigger. Several actors
+    may run it at once (``run``): concurrent invocations in one worker process, which share
+    claim rounds (``bus.hosting.functions.rounds``)."""
 
     def __init__(self, bus: Bus, world: World, endpoint: str, handoffs: list[Job],
                  counts: Counter[str]) -> None:
@@ -53,7 +55,8 @@ class FunctionsHost:
         self.trigger = QueueTrigger(
             bus, endpoint, max_dequeue_count=self.max,
             inline_dispatch_max=rng.choice((None, 0, 1)), in_process_tries=rng.randint(1, 3),
-            sleep=world.sleep, wait=lambda _: rng.uniform(0.01, 0.2))
+            sleep=world.sleep, wait=lambda _: rng.uniform(0.01, 0.2), gate=lambda: Gate(world))
+        self._shared = 0
 
     def run(self) -> None:
         while True:
@@ -82,6 +85,9 @@ class FunctionsHost:
             else:
                 self.bus.storage.queues.extend(self.queue, message, lease=0)
             return
+        rounds = self.trigger.rounds
+        self.counts["invocations_in_shared_rounds"] += rounds.shared - self._shared
+        self._shared = rounds.shared
         self.counts["functions_requeued"] += delivery.outcome.value == "requeued"
         self.counts["early_copies_put_back"] += sum(
             part.outcome is Outcome.SCHEDULED for part in delivery.parts or (delivery,))

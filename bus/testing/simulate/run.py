@@ -257,6 +257,9 @@ def _spawn_instances(bus: Bus, world: World, rng: random.Random, seed: int, *,
     runs) when ``new_bus`` makes them; the buses made."""
     hosting = random.Random(seed ^ 0xF0C7)  # which host runs each endpoint instance
     functions_share = hosting.choice((0.0, 0.5, 1.0))  # polling workers, Functions, or both
+    # Concurrent invocations per Functions instance (they share claim rounds), drawn apart
+    # from ``hosting``: its draws stay as they were.
+    invocations = random.Random(seed ^ 0x1DC0)
     offsets = _clock_offsets(seed)
     made: list[Bus] = []
     for endpoint in bus.topology.endpoints:
@@ -266,8 +269,10 @@ def _spawn_instances(bus: Bus, world: World, rng: random.Random, seed: int, *,
             counts["skewed_processes"] += new_bus is not None and offset != 0.0
             made.append(own)
             functions = hosting.random() < functions_share
-            world.spawn(_instance(own, world, endpoint, index, functions=functions,
-                                  handoffs=handoffs, counts=counts))
+            concurrent = invocations.choice((1, 1, 2, 3)) if functions else 1
+            for actor in _instance(own, world, endpoint, index, functions=functions,
+                                   concurrent=concurrent, handoffs=handoffs, counts=counts):
+                world.spawn(actor)
     return made
 
 
@@ -339,12 +344,15 @@ def _outcome(seed: int, world: World, bus: Bus, *, buses: list[Bus], settled: bo
 
 
 def _instance(bus: Bus, world: World, endpoint: str, index: int, *, functions: bool,
-              handoffs: list[Job], counts: Counter[str]) -> Actor:
-    """One instance of ``endpoint``: a Functions host or a polling worker."""
+              concurrent: int, handoffs: list[Job], counts: Counter[str]) -> list[Actor]:
+    """One instance of ``endpoint``: a Functions host (``concurrent`` invocations at once,
+    an actor each) or a polling worker."""
     if functions:
         host = FunctionsHost(bus, world, endpoint, handoffs, counts)
-        return Actor(f"{endpoint}#{index}(functions)", host.run)
-    return Actor(f"{endpoint}#{index}", _worker(bus, world, endpoint, counts))
+        name = f"{endpoint}#{index}(functions)"
+        return [Actor(name if concurrent == 1 else f"{name}/{n}", host.run)
+                for n in range(concurrent)]
+    return [Actor(f"{endpoint}#{index}", _worker(bus, world, endpoint, counts))]
 
 
 def _start_spark(world: World, bus: Bus, *, bus_for: Callable[[Mapping[Any, str] | None], Bus],

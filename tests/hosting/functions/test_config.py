@@ -85,10 +85,14 @@ def test_endpoint_subset_and_empty_endpoint(tmp_path: Path) -> None:
 
 
 def test_delivery_threads_setting(tmp_path: Path) -> None:
-    """BUS_DELIVERY_THREADS gives the queue triggers a pool of the bus's own; 0 (default)
-    leaves the event loop's default executor."""
+    """BUS_DELIVERY_THREADS gives the queue triggers a pool of the bus's own (32 by default);
+    0 leaves the event loop's default executor."""
     default = BusFunctions([_endpoint()], environ=ENV, host_json=tmp_path / "host.json")
-    assert default.config.delivery_threads == 0 and default.delivery_executor is None
+    assert default.config.delivery_threads == 32 and default.delivery_executor is not None
+    assert default.delivery_executor._max_workers == 32
+    loop = BusFunctions([_endpoint()], environ={**ENV, "BUS_DELIVERY_THREADS": "0"},
+                        host_json=tmp_path / "host.json")
+    assert loop.delivery_executor is None
     sized = BusFunctions([_endpoint()], environ={**ENV, "BUS_DELIVERY_THREADS": "12"},
                          host_json=tmp_path / "host.json")
     assert sized.delivery_executor is not None and sized.delivery_executor._max_workers == 12

@@ -38,6 +38,7 @@ def test_demo_end_to_end_prints_exactly_once_json() -> None:
     assert result["sent"] == 40 and result["processed"] == 160
     assert result["effects_applied_twice"] == 0 and result["lost"] == 0
     assert result["duplicates_injected"] > 0
+    assert result["copies_processed"] == 160  # as the receivers counted them
     assert result["duplicates_dropped"] >= result["duplicates_injected"]
     assert result["poisoned"] == 5
     assert result["orchestrations"] == 40  # OrderPlaced has two copies: over inline-max 1
