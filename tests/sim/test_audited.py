@@ -18,6 +18,7 @@ def test_a_run_with_actions_left_unrecorded_fails(monkeypatch: pytest.MonkeyPatc
     assert any("audit record(s) of them" in v for v in result.violations), result.violations
 
 
+@pytest.mark.sim_long  # in make test: the loop runs these seeds' protocol checks already
 def test_the_runs_that_cover_the_surface_take_every_kind_of_action() -> None:
     from bus.testing.simulate import audited
 
