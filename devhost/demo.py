@@ -5,7 +5,8 @@ function_app.py, sends PlaceOrder commands (a share of the signals duplicated on
 few malformed messages too), shows progress, waits until everything is quiet, and checks the
 business tables: every order placed, billed and packed exactly once, every customer balance
 right. The last line printed is a JSON summary; the exit code is non-zero on any loss or
-doubled effect.
+doubled effect - and on a run that did not finish within ``--timeout``: what had not happened
+by then is reported as unfinished, not lost (a loaded machine is slow, nothing more).
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ def main() -> int:
     parser.add_argument("--inline-max", type=int, default=1,
                         help="BUS_INLINE_DISPATCH_MAX for the run; 1 sends OrderPlaced (two "
                              "copies) through the Durable orchestration and OrderBilled inline")
-    parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="seconds to wait for the work to finish (default: 120 plus 0.5 "
+                             "per order: 620 for 1,000; a quiet 2-core machine needs ~150)")
     parser.add_argument("--traces", type=Path, metavar="DIR",
                         help="export the client's and the app's spans and metrics to DIR "
                              "(BUS_TRACE_DIR; python -m devhost.trace_picture DIR draws one)")
@@ -54,6 +57,8 @@ def main() -> int:
 class Demo:
     def __init__(self, args: argparse.Namespace, connection: str) -> None:
         self.args = args
+        if args.timeout is None:
+            args.timeout = timeout_for(args.orders)
         self.env = dict(os.environ, AzureWebJobsStorage=connection, BUS_PREFIX="",
                         BUS_INLINE_DISPATCH_MAX=str(args.inline_max),
                         BUS_DURABLE_HUB="BusDemo", AzureWebJobsScriptRoot=str(ROOT),
@@ -92,17 +97,16 @@ class Demo:
         host = start_host(self.workdir, self.env)
         try:
             orders = self._send()
-            self._wait(orders, started, host)
+            finished = self._wait(orders, started, host)
         finally:
             stats = self._stop_host(host)
         result = self._verify(orders, stats, self._outcomes(started),
-                              time.monotonic() - started)
+                              time.monotonic() - started, finished=finished)
         if self.args.traces is not None:
             result.update(self._traces())
         self._summary(result)
         print(json.dumps(result), flush=True)
-        good = result["lost"] == result["effects_applied_twice"] == result["wrong_balances"] == 0
-        return 0 if good and result["functions_loaded"] == result["functions_defined"] else 1
+        return 0 if _good(result) else 1
 
     # -- steps ------------------------------------------------------------------------------
     def _send(self) -> dict[str, tuple[str, int]]:
@@ -127,7 +131,8 @@ class Demo:
         return orders
 
     def _wait(self, orders: dict[str, tuple[str, int]], started: float,
-              host: subprocess.Popen[bytes]) -> None:
+              host: subprocess.Popen[bytes]) -> bool:
+        """Wait until everything is quiet (True) or the timeout (False)."""
         deadline = time.monotonic() + self.args.timeout
         hub = hub_name(json.loads((ROOT / "host.json").read_text()))
         quiet = 0
@@ -146,6 +151,7 @@ class Demo:
                   f"packed {packed}/{len(orders)}  messages in queues {depth}  "
                   f"orchestrations waiting {waiting}", flush=True)
             quiet = quiet + 1 if depth == 0 and billed == packed == len(orders) else 0
+        return quiet >= 3
 
     def _outcomes(self, started: float) -> dict[str, int]:
         """What the endpoints' receivers counted (their per-minute statistics,
@@ -187,7 +193,10 @@ class Demo:
             return 0
 
     def _verify(self, orders: dict[str, tuple[str, int]], stats: dict[str, Any],
-                outcomes: dict[str, int], seconds: float) -> dict[str, Any]:
+                outcomes: dict[str, int], seconds: float, *,
+                finished: bool = True) -> dict[str, Any]:
+        """The run's outcome. Effects missing from a run that finished are lost; from one
+        that ran out of time, unfinished: they may still have been on their way."""
         counts: Counter[str] = Counter()
         by_order = {r["_pk"]: r for r in self._rows("orders") if r["_rk"] == "order"}
         shipped = {r["_pk"]: r for r in self._rows("shipping") if r["_rk"] == "shipment"}
@@ -219,11 +228,13 @@ class Demo:
             "worker_threads": stats.get("worker_threads"),
             "sent": len(orders),
             "duplicates_injected": self.duplicates.duplicated,
+            "finished": finished,
             "processed": processed - counts["lost"],
             "copies_processed": outcomes["copies_processed"],
             "duplicates_dropped": outcomes["duplicates_dropped"],
             "effects_applied_twice": counts["twice"],
-            "lost": counts["lost"],
+            "lost": counts["lost"] if finished else 0,
+            "unfinished": 0 if finished else counts["lost"],
             "wrong_balances": wrong_balances,
             "poisoned": poisoned,
             "orchestrations": stats.get("durable", {}).get("completed", 0),
@@ -246,8 +257,7 @@ class Demo:
                 "traces_exported": traces}
 
     def _summary(self, r: dict[str, Any]) -> None:
-        ok = (r["lost"] == 0 and r["effects_applied_twice"] == 0 and r["wrong_balances"] == 0
-              and r["functions_loaded"] == r["functions_defined"])
+        ok = _good(r)
         print()
         print(f"{r['worker']} loaded {r['functions_loaded']} of the app's "
               f"{r['functions_defined']} functions ({r['worker_threads']} threads for sync "
@@ -257,6 +267,12 @@ class Demo:
         print(f"{r['processed']} messages processed ({r['orchestrations']} outbox "
               f"orchestrations), {r['duplicates_dropped']} duplicate deliveries dropped, "
               f"{r['poisoned']} messages poisoned with a reason.")
+        if not r["finished"]:
+            print(f"UNFINISHED at the {self.args.timeout:.0f} s timeout: {r['unfinished']} "
+                  "effects had not happened yet: the machine is slow or loaded, which is no loss. "
+                  "Run again with a longer --timeout, or fewer --orders.")
+            print(f"Effects applied twice so far: {r['effects_applied_twice']}.")
+            return
         print(f"Effects applied twice: {r['effects_applied_twice']}; lost: {r['lost']}; "
               f"wrong customer balances: {r['wrong_balances']}.  "
               f"{'EXACTLY ONCE' if ok else 'FAILED'}")
@@ -264,6 +280,20 @@ class Demo:
             print(f"{r['spans_exported']} spans in {r['traces_exported']} traces exported to "
                   f"{r['trace_dir']} (python -m devhost.trace_picture {r['trace_dir']} "
                   "--out docs/img/order-trace.png draws one order).")
+
+
+def timeout_for(orders: int) -> float:
+    """The default wait for ``orders``: a loaded machine took over 600 s for 1,000, a quiet
+    one 146 s."""
+    return 120.0 + 0.5 * orders
+
+
+def _good(result: dict[str, Any]) -> bool:
+    """Finished exactly once: nothing lost or doubled, every balance right, every function
+    loaded."""
+    return (result["finished"] and result["lost"] == 0 and result["effects_applied_twice"] == 0
+            and result["wrong_balances"] == 0
+            and result["functions_loaded"] == result["functions_defined"])
 
 
 def _fresh_trace_dir(directory: Path) -> Path:

@@ -42,6 +42,7 @@ class StorageLimits:
     queue_message_chars: int = 65_536
     """A queue message's text as stored (64 KiB)."""
     messages_per_receive: int = 32
+    """The most messages one receive (or peek) returns."""
     visibility_seconds: int = 7 * 24 * 3600
     """The longest visibility delay or lease a queue accepts."""
     key_bytes: int = 1_024

@@ -45,6 +45,10 @@ class ObservedQueues:
         return self._observer.call(
             "queue", "extend", lambda: self._inner.extend(queue, message, lease=lease))
 
+    def peek(self, queue: str, *, max_messages: int) -> list[str]:
+        return self._observer.call(
+            "queue", "peek", lambda: self._inner.peek(queue, max_messages=max_messages))
+
     def depth(self, queue: str) -> int:
         return self._observer.call("queue", "depth", lambda: self._inner.depth(queue))
 

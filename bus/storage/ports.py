@@ -82,6 +82,11 @@ class Queues(Protocol):
         lease was lost.
         """
 
+    def peek(self, queue: str, *, max_messages: int) -> list[str]:
+        """The bodies of up to ``max_messages`` (1..32) visible messages at the front of the
+        queue: one request that leases none of them and changes nothing (a peek), so a
+        reader that only looks hides nothing from the others, whatever becomes of it."""
+
     def depth(self, queue: str) -> int:
         """Approximate number of messages in the queue, visible or not."""
 

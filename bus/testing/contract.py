@@ -107,6 +107,20 @@ class StorageContract:
         assert len(storage.queues.receive(name, max_messages=2, lease=30)) == 2  # unchanged
         assert storage.queues.oldest(name) is None  # both leased
 
+    def test_queue_peek_shows_the_visible_bodies_and_leases_none(self, storage: Storage,
+                                                                 name: str) -> None:
+        storage.queues.create_queue(name)
+        assert storage.queues.peek(name, max_messages=32) == []
+        for body in ("eA==", "eQ==", "eg=="):
+            storage.queues.send(name, body)
+        storage.queues.send(name, "dw==", delay=60)
+        assert storage.queues.peek(name, max_messages=2) == ["eA==", "eQ=="]
+        assert storage.queues.peek(name, max_messages=32) == ["eA==", "eQ==", "eg=="]
+        leased = storage.queues.receive(name, max_messages=3, lease=30)  # peeks leased none
+        assert [m.body for m in leased] == ["eA==", "eQ==", "eg=="]
+        assert [m.dequeue_count for m in leased] == [1, 1, 1]
+        assert storage.queues.peek(name, max_messages=32) == []  # leased ones are not shown
+
     # -- blobs --------------------------------------------------------------------------------
     def test_blob_create_only_conflicts(self, storage: Storage, name: str) -> None:
         storage.blobs.create_container(name)

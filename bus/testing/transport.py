@@ -36,6 +36,9 @@ class ForwardingQueues:
     def extend(self, queue: str, message: QueueMessage, *, lease: float) -> QueueMessage:
         return self._inner.extend(queue, message, lease=lease)
 
+    def peek(self, queue: str, *, max_messages: int) -> list[str]:
+        return self._inner.peek(queue, max_messages=max_messages)
+
     def depth(self, queue: str) -> int:
         return self._inner.depth(queue)
 

@@ -119,16 +119,20 @@ def test_an_interrupted_replay_resends_and_a_stale_entry_is_dropped(storage: Sto
 
 
 class _FailsOnce(NoFaults):
-    """The next call of ``operation`` fails once armed."""
+    """The next call of ``operation`` fails once armed (every call until disarmed, when
+    ``lasting``) - refused before it takes effect, or with ``fault``."""
 
-    def __init__(self, service: str, operation: str) -> None:
+    def __init__(self, service: str, operation: str, *, fault: Fault = Fault.FAIL_BEFORE,
+                 lasting: bool = False) -> None:
         self.call = (service, operation)
+        self.fault = fault
+        self.lasting = lasting
         self.armed = False
 
     def before_call(self, service: str, operation: str) -> Fault | None:
         if self.armed and (service, operation) == self.call:
-            self.armed = False
-            return Fault.FAIL_BEFORE
+            self.armed = self.lasting
+            return self.fault
         return None
 
 
@@ -187,6 +191,20 @@ def test_what_an_adoption_that_failed_left_is_shown_again_at_once() -> None:
     with pytest.raises(StorageError):
         bus.poisoned("payments").adopt()
     assert len(bus.storage.queues.receive(poison, max_messages=32, lease=30)) == 2
+
+
+def test_an_adoption_with_nothing_to_adopt_hides_no_entry() -> None:
+    """Maintenance adopts on every pass. With nothing to adopt it only peeks: a receive
+    whose answer is lost leases what it returned for the peek lease, and passes every few
+    seconds whose receives lost their answers kept an entry hidden from the operator's
+    purge for as long as they ran."""
+    hooks = _FailsOnce("queue", "receive", fault=Fault.FAIL_AFTER, lasting=True)
+    bus = dlq_app.build(InMemoryStorage(hooks=hooks), "t")
+    entry = poisoned(bus, "o10")
+    hooks.armed = True  # every receive takes effect and loses its answer
+    assert bus.poisoned("payments").adopt() == 0
+    hooks.armed = False
+    assert bus.poisoned("payments").purge({entry}) == [entry]
 
 
 def test_purge_removes_the_entry_and_its_parked_token(storage: Storage, prefix: str) -> None:
@@ -253,10 +271,11 @@ def test_a_release_that_keeps_failing_hides_only_its_own_entry() -> None:
     bus.send(Charge(order_id="o5", amount=5))
     bus.send(Charge(order_id="o6", amount=6))
     assert drain(bus, fail_fast=False).total() == {"poisoned": 2}
-    hooks.times = 3  # the first read's adoption leases and releases them first
-    assert len(bus.poisoned("payments").entries()) == 1
+    hooks.times = 3  # the first entry's three releases (adoption had nothing to lease)
+    assert len(bus.poisoned("payments").entries()) == 2
     assert hooks.times == 0
     assert len(bus.poisoned("payments").entries()) == 1
+    assert len(bus.poisoned("payments").entries()) == 1  # the other one is shown again
 
 
 @pytest.mark.azurite

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from bus import Bus, Command, Context, Endpoint, Settings
+from bus.hosting.maintenance import maintenance_pass
 from bus.hosting.worker import Worker
 from bus.operations.cli import main
 from bus.protocol.safeguards import BREAKS, Safeguards
@@ -112,6 +113,28 @@ def test_purging_a_committed_message_completes_its_record_or_keeps_the_entry(
     assert poisoned.refusals == {}
     drain(bus, fail_fast=False)
     assert sorted(rung) == ["first", "r1"]  # the committed handler's Notify was sent
+
+
+@pytest.mark.parametrize("settle", [True, False], ids=["safeguarded", "purge-unsettled"])
+def test_a_purge_never_loses_a_committed_handler_s_sends(settle: bool) -> None:
+    """A purge of a committed message's entry while its sends wait for room: completing the
+    record first keeps the entry (above), and maintenance sends the Notify once there is
+    room. Without it (the break ``purge-unsettled``, which the simulation seldom meets within
+    a few seconds) the purge deletes the token, and the Notify is never sent, maintenance or
+    not."""
+    clock = Clock()
+    bus, rung = build(clock, safeguards=None if settle else BREAKS["purge-unsettled"][0])
+    bus.send(Notify(ref="first"))  # the bell's queue is full
+    bus.send(Relay(ref="r1"))
+    assert Worker(bus, "desk", retry_delay=0).poll_once()  # committed, waiting for room
+    moved_by_the_host(bus, "desk")
+    [entry] = bus.poisoned("desk").entries()
+    assert bus.poisoned("desk").purge() == ([] if settle else [entry.id])
+    drain(bus, fail_fast=False)  # room at the bell
+    clock.t += 600
+    assert maintenance_pass(bus, stalled_seconds=300).failed == []
+    drain(bus, fail_fast=False)
+    assert sorted(rung) == (["first", "r1"] if settle else ["first"])
 
 
 @pytest.mark.parametrize("recheck", [True, False], ids=["safeguarded", "expire-on-stale-slot"])

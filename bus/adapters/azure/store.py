@@ -198,6 +198,11 @@ class AzureQueues:
         return QueueMessage(message.id, updated.pop_receipt, message.body,
                             message.dequeue_count)
 
+    def peek(self, queue: str, *, max_messages: int) -> list[str]:
+        with _translated():
+            return [m.content for m in
+                    self._client(queue).peek_messages(max_messages=max_messages)]
+
     def depth(self, queue: str) -> int:
         with _translated():
             return int(self._client(queue).get_queue_properties().approximate_message_count)

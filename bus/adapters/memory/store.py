@@ -121,9 +121,7 @@ class MemoryQueues:
 
     def receive(self, queue: str, *, max_messages: int, lease: float) -> list[QueueMessage]:
         def take() -> list[QueueMessage]:
-            if not 1 <= max_messages <= self.limits.messages_per_receive:
-                raise Refused(f"a receive takes 1..{self.limits.messages_per_receive} "
-                              f"messages, not {max_messages}")
+            self._check_count("receive", max_messages)
             self._check_seconds("lease", lease)
             now = self._core.hooks.now()
             visible = [m for m in self._get(queue) if m.visible_at <= now][:max_messages]
@@ -151,6 +149,14 @@ class MemoryQueues:
             return replace(message, pop_receipt=stored.pop_receipt)
 
         return self._core.call("queue", "extend", renew)
+
+    def peek(self, queue: str, *, max_messages: int) -> list[str]:
+        def look() -> list[str]:
+            self._check_count("peek", max_messages)
+            now = self._core.hooks.now()
+            return [m.body for m in self._get(queue) if m.visible_at <= now][:max_messages]
+
+        return self._core.call("queue", "peek", look)
 
     def depth(self, queue: str) -> int:
         return self._core.call("queue", "depth", lambda: len(self._get(queue)))
@@ -200,6 +206,11 @@ class MemoryQueues:
             _, stored = leased[pick([m.id for _, m in leased])]
             stored.visible_at = now
             return True
+
+    def _check_count(self, what: str, count: int) -> None:
+        if not 1 <= count <= self.limits.messages_per_receive:
+            raise Refused(f"a {what} takes 1..{self.limits.messages_per_receive} messages, "
+                          f"not {count}")
 
     def _check_seconds(self, what: str, seconds: float) -> None:
         if not 0 <= seconds <= self.limits.visibility_seconds:

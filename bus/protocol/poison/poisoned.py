@@ -151,7 +151,12 @@ class PoisonedMessages:
         """Turn what the Functions host moved here itself into entries of the bus's own (see
         the module docstring), and keep one entry per poisoned token; returns how many
         signals were adopted. A signal whose message was processed since (its token gone) is
-        dropped: there is nothing to replay."""
+        dropped: there is nothing to replay. A peek comes first, and when it shows nothing to
+        do the queue is left unleased: maintenance runs this on every pass, and every
+        receive here hides the entries it returns from the other readers - an operator's
+        purge among them - for the peek lease if its answer is lost."""
+        if not self._worth_leasing():
+            return 0
         adopted = 0
         ours: list[QueueMessage] = []
         unadopted: list[QueueMessage] = []  # the host's, leased here and not adopted (yet)
@@ -173,6 +178,31 @@ class PoisonedMessages:
             # each expires with the queue's time-to-live unless adopted.
             self._release(ours + unadopted)
         return adopted
+
+    def _worth_leasing(self) -> bool:
+        """Whether the front of the queue (one peek, ``_PAGE`` entries) may hold anything
+        ``adopt`` acts on: a message of the host's, entries that may be duplicates (two of
+        one token, or kept in a blob), or more than one peek shows."""
+        bodies = self._queues.peek(self._poison, max_messages=_PAGE)
+        if len(bodies) == _PAGE:
+            return True
+        attempts: set[str] = set()
+        for body in bodies:
+            try:
+                entry = PoisonEntry.decode(body)
+            except UnreadableVersion:
+                continue  # a newer bus's entry: ``adopt`` leaves it as it is too
+            except (ValueError, binascii.Error):
+                return True  # the host's
+            if not self._one_entry:
+                continue
+            if entry.entry_ref is not None:
+                return True
+            if entry.envelope is not None and entry.envelope.destination == self.endpoint:
+                if entry.envelope.attempt_id in attempts:
+                    return True
+                attempts.add(entry.envelope.attempt_id)
+        return False
 
     def _without_duplicates(self, ours: list[QueueMessage]) -> list[QueueMessage]:
         """Delete all but the oldest entry of each token that is poisoned or gone; the rest of

@@ -41,6 +41,7 @@ from bus.operations.cli import main as cli
 from bus.protocol.poison.queue import PoisonEntry
 from bus.protocol.sessions.order import SESSION_ROW, SessionRow, decode
 from bus.protocol.tokens import shards
+from bus.protocol.tokens.inbox import TokenState
 from bus.storage import StorageError
 from bus.testing.simulate import briefs, surface
 from bus.testing.simulate.entries import whole_entry
@@ -293,11 +294,14 @@ class Console:
         return found
 
     def _tokens_gone(self, records: set[tuple[str, str]]) -> set[str]:
-        """The messages named in ``records`` that have no token at ``t`` any more."""
+        """The messages named in ``records`` that have no token at ``t`` any more - but the
+        fences of attempts their sender gave up on (a send retried with a new attempt id
+        fences the old one's token, which the sweeper removes later: never the purged one)."""
         named = {message_id for _, message_id in records}
         live = {str(row.properties.get("message_id"))
                 for row in self._storage.tables.rows(self._bus.names.tokens_table)
-                if shards.endpoint_of(row.partition_key) == briefs.ENDPOINT}
+                if shards.endpoint_of(row.partition_key) == briefs.ENDPOINT
+                and row.properties.get("state") != TokenState.FENCED.value}
         return named - live
 
     def _pause(self) -> None:

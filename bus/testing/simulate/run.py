@@ -602,14 +602,21 @@ def _left_waiting(token: Token, plan: SessionPlan | None, passes: SessionPasses)
     reorder window had passed moved the sessions on without failing (a time limit instead
     would end a run whose injected faults failed every pass until then: no violation of
     the protocol's). The run then ends, and the sessions check reports it (nothing may be
-    left waiting)."""
+    left waiting).
+
+    The token's ``since`` is the deferring process's clock, up to ``MAX_SKEW_SECONDS`` off
+    storage's: the pass must begin that long after it too, or it may have read the session
+    before the copy was set aside (a process 4 s slow set one aside 4 s after the stamp)."""
     if plan is None or token.endpoint != sessions.ENDPOINT:
         return False
     if token.state is not TokenState.DEFERRED:
         return False
     if plan.operator:
         return False  # the operator skips the gap in the end (``console.Console``)
-    return not plan.skip_gaps or passes.since(token.since + plan.window)
+    # The copy's stamp in the session row comes before ``since``, from the same clock, so
+    # ``since + window`` is past its window; ``since + MAX_SKEW_SECONDS``, past its
+    # set-aside in storage's time.
+    return not plan.skip_gaps or passes.since(token.since + max(plan.window, MAX_SKEW_SECONDS))
 
 
 @dataclass

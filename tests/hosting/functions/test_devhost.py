@@ -37,11 +37,25 @@ def test_demo_end_to_end_prints_exactly_once_json() -> None:
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["sent"] == 40 and result["processed"] == 160
     assert result["effects_applied_twice"] == 0 and result["lost"] == 0
+    assert result["finished"] is True and result["unfinished"] == 0
     assert result["duplicates_injected"] > 0
     assert result["copies_processed"] == 160  # as the receivers counted them
     assert result["duplicates_dropped"] >= result["duplicates_injected"]
     assert result["poisoned"] == 5
     assert result["orchestrations"] == 40  # OrderPlaced has two copies: over inline-max 1
+
+
+def test_demo_out_of_time_reports_its_work_unfinished_not_lost() -> None:
+    """A demo whose timeout is shorter than its work says what had not happened yet is
+    unfinished (and exits non-zero): a loaded machine is slow, which is no loss."""
+    run = subprocess.run([sys.executable, "-m", "devhost.demo", "--orders", "40",
+                          "--customers", "10", "--timeout", "0"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
+    assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["finished"] is False and result["lost"] == 0
+    assert result["unfinished"] == 160 - result["processed"]
+    assert "UNFINISHED at the 0 s timeout" in run.stdout and "; lost:" not in run.stdout
 
 
 @contextlib.contextmanager

@@ -36,6 +36,7 @@ QUEUE_ROLES = {  # which roles allow a call of the queue port
     "send": {QUEUE_MESSAGE_SENDER, QUEUE_DATA_CONTRIBUTOR},
     "depth": {QUEUE_DATA_READER, QUEUE_DATA_CONTRIBUTOR},
     "oldest": {QUEUE_DATA_READER, QUEUE_DATA_CONTRIBUTOR},
+    "peek": {QUEUE_DATA_READER, QUEUE_DATA_CONTRIBUTOR},
 }
 """Any other queue call (receive, extend, delete) needs Storage Queue Data Contributor."""
 
