@@ -269,8 +269,8 @@ class Demo:
               f"{r['poisoned']} messages poisoned with a reason.")
         if not r["finished"]:
             print(f"UNFINISHED at the {self.args.timeout:.0f} s timeout: {r['unfinished']} "
-                  "effects had not happened yet: the machine is slow or loaded, which is no loss. "
-                  "Run again with a longer --timeout, or fewer --orders.")
+                  "effects had not happened yet: the machine is slow or loaded, which is no "
+                  "loss. Run again with a longer --timeout, or fewer --orders.")
             print(f"Effects applied twice so far: {r['effects_applied_twice']}.")
             return
         print(f"Effects applied twice: {r['effects_applied_twice']}; lost: {r['lost']}; "
@@ -291,9 +291,9 @@ def timeout_for(orders: int) -> float:
 def _good(result: dict[str, Any]) -> bool:
     """Finished exactly once: nothing lost or doubled, every balance right, every function
     loaded."""
-    return (result["finished"] and result["lost"] == 0 and result["effects_applied_twice"] == 0
-            and result["wrong_balances"] == 0
-            and result["functions_loaded"] == result["functions_defined"])
+    return bool(result["finished"] and result["lost"] == 0
+                and result["effects_applied_twice"] == 0 and result["wrong_balances"] == 0
+                and result["functions_loaded"] == result["functions_defined"])
 
 
 def _fresh_trace_dir(directory: Path) -> Path:
