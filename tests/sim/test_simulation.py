@@ -42,7 +42,7 @@ FAILING_SEED = {
     "numbers-before-room": 297,
     "payload-before-token": 106,
     "poisoned-ends-deferral": 187,
-    "purge-unsettled": 422,
+    "purge-unsettled": 602,
     "release-any-deferral": 20,
     "release-before-commit": 97,
     "resend-without-swap": 17,
@@ -159,9 +159,12 @@ seeds of payload-before-token and poisoned-ends-deferral are the first failing w
 (``--quick-seed 60``; about 30 s and 50 s); unreserved-growth keeps an earlier one (about
 60 s). act-on-unfinished and purge-unsettled fail seldom: maintenance heals what
 act-on-unfinished leaves a pass later, so a run must end before it does, and purge-unsettled
-needs a purge of a message whose handler committed while its sends waited for room. Their
-seeds below are out of date (the interleavings moved with the adoption's peek) and still
-being searched. A deterministic test shows each failing every time:
+needs a purge of a message whose handler committed while its sends waited for room.
+purge-unsettled's broken runs do not quiesce: among the runs with Briefs and a bounded queue,
+the first two passed over as slow at 25 s fail when run to the end (152 in about 160 s, 602
+in about 85 s; 602 is kept). act-on-unfinished's seed is out of date (the interleavings moved
+with the adoption's peek) and still being searched. A deterministic test shows each failing
+every time:
 ``tests/protocol/test_session_actions.py`` and ``tests/protocol/test_expiry_after_commit.py``."""
 
 
