@@ -71,10 +71,9 @@ and ``make test``) - but the slow ones ``SLOW_BREAKS`` names. ``expire-on-stale-
 two copies of one message to cross its expiry on a stale slot, which the workload seldom
 arranges, and since the adoption's peek its broken runs that fail do not quiesce (a slow
 break, below); ``tests/protocol/test_expiry_after_commit.py`` shows that break failing every
-time. A change to
-the protocol or the simulation moves interleavings, so a seed here can stop failing: the same
-command finds one again, and ``make test-all`` checks that every break still fails within 1,000
-runs (``--every-break``)."""
+time. A change to the protocol or the simulation moves interleavings, so a seed here can stop
+failing: the same command finds one again, and ``make test-all`` checks that every break
+still fails within 1,000 runs (``--every-break``)."""
 
 COVERING_SEEDS = (*range(1, 19), 44, 56, 131)
 """Seeds that between them inject every kind of fault and reach every session event (found by
