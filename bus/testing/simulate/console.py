@@ -38,10 +38,11 @@ from bus.adapters.memory import InMemoryStorage
 from bus.errors import BusError
 from bus.hosting.functions.trigger import PAUSE_WAITED_OUT_SECONDS
 from bus.operations.cli import main as cli
+from bus.protocol.outbox.slot import Outbox
 from bus.protocol.poison.queue import PoisonEntry
 from bus.protocol.sessions.order import SESSION_ROW, SessionRow, decode
 from bus.protocol.tokens import shards
-from bus.protocol.tokens.inbox import TokenState
+from bus.protocol.tokens.inbox import TokenState, finished
 from bus.storage import StorageError
 from bus.testing.simulate import briefs, surface
 from bus.testing.simulate.entries import whole_entry
@@ -83,6 +84,8 @@ class Console:
         self.watched: set[str] = set()
         """Sessions the watcher closed (``watcher``): the console leaves them be, so what
         the close released - or missed - stays as it left it."""
+        self.violations: list[str] = []
+        """What the watcher saw go wrong as it happened (``watcher``)."""
         self._turns: dict[str, int] = {}
         self._api = _dashboard_routes(bus, world)
         app = types.ModuleType(APP_MODULE)
@@ -98,7 +101,13 @@ class Console:
         the copy's commit (its session row changed, read outside the faults), it acts at
         once (urgent): before the worker that committed the copy has deferred it. An
         operator's action completes the partition's unfinished record first, so the copy is
-        deferred before the action releases what waits (the ``act-on-unfinished`` break)."""
+        deferred before the action releases what waits (the ``act-on-unfinished`` break).
+
+        Once its close is through (or given up), the watcher looks (outside the faults,
+        before anyone else moves) whether a copy the closed session lists as waiting is still
+        to be deferred by its partition's unfinished record: a deferral after the close that
+        nothing but maintenance would release, a pass later. That is a violation even though
+        maintenance heals it, and the only moment it shows: the run's end cannot tell it."""
         assert self._sessions is not None
         watch = _Watch(self, counts)
         return Actor("session-watcher", watch.run, alarm=watch.set_aside_now, urgent=True)
@@ -533,10 +542,14 @@ class _Watch:
         self._etags: tuple[str, ...] = ()
         self._seen: set[tuple[str, str, str]] = set()
         self._targets: list[tuple[str, str]] = []
+        self._closed: list[tuple[str, str]] = []
+        """Sessions closed since the last look, to check (``missed``)."""
 
     def set_aside_now(self) -> bool:
         """Whether a copy was set aside since the last look (and, one in four, to act on)."""
         console = self._console
+        closed, self._closed = self._closed, []
+        console.violations.extend(filter(None, (self.missed(*c) for c in closed)))
         table = console._bus.names.state_table(SESSIONS)
         etags = tuple(row.etag or "" for row in console._storage.tables.rows(table)
                       if row.row_key.startswith(SESSION_ROW))
@@ -565,6 +578,25 @@ class _Watch:
                     console._act_on_session("close", key, partition)
                 except (StorageError, BusError, click.ClickException, SystemExit, _Refused):
                     console.watched.discard(key)  # failed: the console's again
+                self._closed.append((key, partition))
+
+    def missed(self, key: str, partition: str) -> str | None:
+        """What the close of ``key`` missed, if the session is closed and its partition's
+        unfinished record is still to defer a copy the session lists as waiting (read on the
+        scheduler's greenlet: outside the faults)."""
+        bus = self._console._bus
+        info = bus.sessions(SESSIONS).get(key, partition)
+        if info is None or not info.closed:
+            return None  # the close failed before it wrote the row
+        record = Outbox(bus.storage.tables, bus.names.state_table(SESSIONS)).load(
+            partition).record
+        if record is None or record.deferred_signal is None or record.message_id not in {
+                w.message_id for w in info.waiting}:
+            return None
+        if finished(record, bus.parts.inbox.read(SESSIONS, record.attempt_id)):
+            return None
+        return (f"session {key}: closed while copy {record.message_id} waited in it, not yet "
+                "deferred; the close released nothing of it (left to maintenance)")
 
 
 def _tally_entries(storage: InMemoryStorage,

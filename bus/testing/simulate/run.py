@@ -189,7 +189,8 @@ def run_once(seed: int, safeguards: Safeguards | None = None,
     return _outcome(seed, world, bus, buses=buses, settled=settled, roots=len(roots),
                     garbage=[body for body, _ in garbage], counts=counts, releases=releases,
                     checkpoint=checkpoint if with_spark else None, noted=knobs.noted,
-                    plan=plan, briefs_plan=plan_briefs, pending=pending, acted=acted)
+                    plan=plan, briefs_plan=plan_briefs, pending=pending, acted=acted,
+                    seen=console.violations)
 
 
 @dataclass
@@ -310,8 +311,9 @@ def _outcome(seed: int, world: World, bus: Bus, *, buses: list[Bus], settled: bo
              garbage: list[str], counts: Counter[str], releases: Releases,
              checkpoint: spark.Checkpoint | None, noted: bool,
              plan: SessionPlan | None, briefs_plan: briefs.BriefPlan | None,
-             pending: list[str], acted: Counter[str]) -> RunResult:
-    """The run's result: what it exercised and, once it quiesced, what it violated."""
+             pending: list[str], acted: Counter[str], seen: list[str]) -> RunResult:
+    """The run's result: what it exercised and, once it quiesced, what it violated (and
+    what the operators ``seen`` go wrong as it happened, quiesced or not)."""
     storage = bus.storage
     assert isinstance(storage, InMemoryStorage)
     tallies = len(plan.labels(roots)) if plan is not None else 0
@@ -319,6 +321,7 @@ def _outcome(seed: int, world: World, bus: Bus, *, buses: list[Bus], settled: bo
                        dict(world.counters.faults), steps=world.steps,
                        statistics=_statistics(buses))
     result.violations.extend(world.deaths)
+    result.violations.extend(seen)
     if not settled:
         result.violations.append(f"did not quiesce within {world.steps} steps (still to do: "
                                  f"{'; '.join(pending) or 'nothing seen'})")
