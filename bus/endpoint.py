@@ -65,6 +65,7 @@ class Endpoint:
                  reorder_window: float = 300.0, skip_gaps: bool = False) -> None:
         self.name = check_endpoint(name)
         self.routes: dict[str, Route] = {}
+        self._aliases: dict[str, str] = {}  # an earlier message type -> the contract's own
         self.retry = retry or DEFAULT_RETRY
         self.middleware = check_middleware(self.name, middleware)
         self.max_queue_depth = check_depth(self.name, max_queue_depth)
@@ -113,9 +114,7 @@ class Endpoint:
                 raise ConfigurationError(
                     f"{self.name}: {option}= for {contract.message_type} is an async function; "
                     "it must be a plain one (the key is needed before the handler runs)")
-        if contract.message_type in self.routes:
-            raise ConfigurationError(
-                f"{self.name}: {contract.message_type} already has a handler")
+        self._check_names(contract)
 
         def register(handler: HandlerFn[M]) -> HandlerFn[M]:
             if not callable(handler):
@@ -123,14 +122,28 @@ class Endpoint:
                     f"{self.name}: the handler for {contract.message_type} must be a function "
                     f"(message, ctx), got {handler!r}")
             # An ``async def`` handler (or one returning an awaitable) is awaited to its end.
+            self._check_names(contract)  # again: another may have registered meanwhile
             self.routes[contract.message_type] = Route(contract, completed(handler), partition,
                                                        retry or self.retry, reads, session)
+            self._aliases.update(dict.fromkeys(contract.aliases, contract.message_type))
             return handler
 
         return register
 
+    def _check_names(self, contract: type[Message]) -> None:
+        """One handler per message type, whether it is a contract's own or an alias."""
+        for name in (contract.message_type, *contract.aliases):
+            owner = self.route(name)
+            if owner is not None:
+                alias = name != contract.message_type
+                also = f" (an alias of {contract.__name__})" if alias else ""
+                raise ConfigurationError(
+                    f"{self.name}: {name}{also} already has a handler, for "
+                    f"{owner.contract.__name__}")
+
     def route(self, message_type: str) -> Route | None:
-        return self.routes.get(message_type)
+        """The route of copies sent as ``message_type``: a contract's own, or an alias."""
+        return self.routes.get(self._aliases.get(message_type, message_type))
 
     @property
     def has_sessions(self) -> bool:
@@ -139,7 +152,7 @@ class Endpoint:
 
     def session_of(self, message_type: str) -> Callable[[Any], str] | None:
         """The session function of the handler of ``message_type`` (None: no sessions)."""
-        route = self.routes.get(message_type)
+        route = self.route(message_type)
         return route.session if route is not None else None
 
     def commands(self) -> list[type[Message]]:

@@ -3,15 +3,26 @@
 A command has one destination endpoint, known to the sender. An event is published to a topic
 and every subscribed endpoint receives its own copy. Both are pydantic models, so an incoming
 payload is validated against its contract before a handler ever sees it.
+
+Contracts evolve while both sides run (docs/contracts.md): a field the contract does not know
+is ignored (``class PlaceOrder(Command, extra="forbid")`` refuses it instead); ``aliases``
+names the types a contract was known by, so copies sent under an earlier name are still its
+own; ``upcast`` turns what an older producer sent into what the contract reads now.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
-from bus.errors import MessageKindError
+from bus.errors import ConfigurationError, MessageKindError
+
+_RECEIVED: ContextVar[tuple[type[Message], str] | None] = ContextVar("received", default=None)
+"""The contract being decoded from a copy, and the message type the copy was sent as."""
 
 
 class Message(BaseModel):
@@ -20,18 +31,77 @@ class Message(BaseModel):
     ``message_type`` is the name that travels in the envelope; it defaults to the class name.
     Set it explicitly (``message_type: ClassVar[str] = "orders.PlaceOrder"``) when two
     services must agree on it without sharing code.
+
+    A payload field the contract does not declare is ignored, so a producer may add an
+    optional field before its consumers know it. A strict contract refuses it instead (the
+    copy is poisoned, naming the field): ``class PlaceOrder(Command, extra="forbid")``.
+
+    ``aliases``: message types this contract was known by before (a renamed class, an
+    ``orders.PlaceOrder.v1``): copies sent under one are handled as this contract, and an
+    event's subscribers receive what is still published to its old topic.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
     message_type: ClassVar[str] = ""
     message_kind: ClassVar[str] = ""
+    aliases: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
         super().__pydantic_init_subclass__(**kwargs)
         if "message_type" not in cls.__dict__:
             cls.message_type = cls.__name__
+        if "aliases" not in cls.__dict__:
+            cls.aliases = ()  # an alias is the class's own, not its subclasses'
+        _check_aliases(cls)
+
+    @classmethod
+    def upcast(cls, data: dict[str, Any], sent_as: str) -> dict[str, Any]:
+        """Turn a received payload into what this contract reads now, before it is validated.
+
+        ``data``: the payload's fields as the producer sent them; ``sent_as``: the message
+        type it was sent as - this contract's ``message_type`` or one of its ``aliases``.
+        Override it when a change is more than an added optional field (a field renamed, a
+        unit changed); the default returns ``data`` as it is. It runs for received copies
+        only (never on construction), and an exception it raises poisons the copy with the
+        reason."""
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upcast_received(cls, data: Any) -> Any:
+        received = _RECEIVED.get()
+        if received is None or received[0] is not cls or not isinstance(data, dict):
+            return data
+        try:
+            return cls.upcast(dict(data), received[1])
+        except Exception as exc:
+            raise ValueError(f"upcast from {received[1]!r} raised {exc!r}") from exc
+
+
+@contextmanager
+def received_as(contract: type[Message], message_type: str) -> Iterator[None]:
+    """While a copy sent as ``message_type`` is decoded into ``contract``: its ``upcast``
+    runs on the payload first."""
+    token = _RECEIVED.set((contract, message_type))
+    try:
+        yield
+    finally:
+        _RECEIVED.reset(token)
+
+
+def _check_aliases(cls: type[Message]) -> None:
+    """Fail when the class is defined, not when a copy arrives."""
+    aliases = cls.aliases
+    if not isinstance(aliases, tuple) or not all(
+            isinstance(a, str) and 0 < len(a) <= 256 for a in aliases):
+        raise ConfigurationError(
+            f"{cls.__name__}.aliases must be a tuple of message type names (1 to 256 "
+            f"characters), not {aliases!r}")
+    if cls.message_type in aliases:
+        raise ConfigurationError(
+            f"{cls.__name__}.aliases names its own message type {cls.message_type!r}")
 
 
 class Command(Message):

@@ -97,24 +97,28 @@ class Topology:
             if isinstance(topics, str):
                 raise ConfigurationError(f"reader {name!r}: give a list of topics, not the "
                                          f"string {topics!r}")
-            readers[name] = tuple(dict.fromkeys(_topic(name, t) for t in topics))
+            readers[name] = tuple(dict.fromkeys(
+                topic for declared in topics for topic in _topics(name, declared)))
         return readers
 
     def _subscriptions(self) -> dict[str, list[str]]:
         subscriptions: dict[str, list[str]] = {}
         for endpoint in self.endpoints.values():
             for contract in endpoint.events():
-                subscriptions.setdefault(topic_of(contract), []).append(endpoint.name)  # type: ignore[arg-type]
+                # An alias's topic too: producers on the contract's earlier name publish there.
+                for topic in (topic_of(contract), *contract.aliases):  # type: ignore[arg-type]
+                    subscriptions.setdefault(topic, []).append(endpoint.name)
         for name, topics in self.readers.items():
             for topic in topics:
                 subscriptions.setdefault(topic, []).append(name)
         return subscriptions
 
 
-def _topic(reader: str, topic: type[Event] | str) -> str:
+def _topics(reader: str, topic: type[Event] | str) -> tuple[str, ...]:
+    """A topic named, or an event class's topic and its aliases' (``Message.aliases``)."""
     if isinstance(topic, str):
-        return topic
+        return (topic,)
     if isinstance(topic, type) and issubclass(topic, Event):
-        return topic_of(topic)
+        return (topic_of(topic), *topic.aliases)
     raise ConfigurationError(f"reader {reader!r}: {topic!r} is neither an event class nor a "
                              "topic name")

@@ -3,6 +3,8 @@
     python -m bus topology export [--app function_app] [--out infra/topology.json] [--prefix P]
     python -m bus topology show   [--app function_app]
     python -m bus topology check  [--app function_app] [--file infra/topology.json]
+    python -m bus contracts export [--app function_app] [--out contracts.json]
+    python -m bus contracts check OLD [NEW] [--app function_app]   (docs/contracts.md)
     python -m bus dlq list|show|replay|purge ENDPOINT [...]   (see bus/operations/dlq.py)
     python -m bus sessions list|show|skip|close ENDPOINT [SESSION]  (bus/operations/sessions.py)
     python -m bus dashboard [--app function_app] [--host 127.0.0.1 [--allowed-host NAME]...]
@@ -17,12 +19,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import click
 
 from bus.bus import Bus
 from bus.errors import ConfigurationError, NamingError
+from bus.operations import contracts_file
 from bus.operations.apps import DEFAULT_APP, AppError, load_bus
 from bus.operations.audit import audit
 from bus.operations.dlq import dlq
@@ -133,6 +136,67 @@ def check_command(app: str, path: Path) -> None:
     click.echo(f"{path} {state}: run `python -m bus topology export --app {app} --out {path}` "
                "and commit it", err=True)
     sys.exit(1)
+
+
+@main.group()
+def contracts() -> None:
+    """The app's message contracts as JSON Schema, and whether a change breaks a deploy."""
+
+
+def _app_contracts(app: str) -> dict[str, Any]:
+    bus = _load(app)
+    try:
+        module = sys.modules.get(app.partition(":")[0])
+        return contracts_file.export(contracts_file.contract_classes(bus, module))
+    except ConfigurationError as exc:
+        raise UsageProblem(str(exc)) from exc
+
+
+def _contracts_file(path: Path) -> dict[str, Any]:
+    try:
+        return contracts_file.read(path)
+    except contracts_file.ContractsFileError as exc:
+        raise UsageProblem(str(exc)) from exc
+
+
+@contracts.command("export")
+@app_option
+@click.option("--out", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+              default=contracts_file.DEFAULT_PATH, show_default=True,
+              help="File to write ('-': stdout).")
+def contracts_export_command(app: str, out: Path) -> None:
+    """Write every contract of the app (kind, aliases, JSON Schema) to a file to commit."""
+    document = _app_contracts(app)
+    text = contracts_file.to_json(document)
+    if str(out) == "-":
+        click.echo(text, nl=False)
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    click.echo(f"wrote {out} ({len(document['contracts'])} contracts)")
+
+
+@contracts.command("check")
+@click.argument("old", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("new", type=click.Path(dir_okay=False, path_type=Path), required=False)
+@app_option
+def contracts_check_command(old: Path, new: Path | None, app: str) -> None:
+    """Exit 1 when going from the contracts in OLD to those in NEW (default: the app's as
+    they are now) breaks a rolling deploy; list every change either way."""
+    before = _contracts_file(old)
+    after = _contracts_file(new) if new is not None else _app_contracts(app)
+    result = contracts_file.compare(before, after)
+    for line in result.breaking:
+        click.echo(f"breaking    {line}")
+    for line in result.compatible:
+        click.echo(f"compatible  {line}")
+    against = str(new) if new is not None else f"the contracts of {app}"
+    if not result.ok:
+        click.echo(f"{len(result.breaking)} breaking change(s) from {old} to {against}",
+                   err=True)
+        sys.exit(1)
+    click.echo(f"no breaking change from {old} to {against} "
+               f"({len(result.compatible)} compatible)")
 
 
 @main.command("dashboard")

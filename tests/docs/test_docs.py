@@ -43,11 +43,15 @@ def test_settlement_md_has_its_examples() -> None:
     ("settlement.md", "back-pressure"), ("operating.md", "maintenance"),
     ("operating.md", "routes"), ("operating.md", "read-state"),
     ("sessions.md", "sessions"), ("observability.md", "tracing"),
-    ("functions.md", "async-handler")])
+    ("functions.md", "async-handler"), ("contracts.md", "rolling-deploy")])
 def test_examples_run(azurite_connection: str, prefix: str, doc: str, title: str) -> None:
     program = examples(doc)[title]
     exec(program, {"STORAGE": AzureStorage.from_connection_string(azurite_connection),
                    "PREFIX": prefix, "__name__": "docs_example"})
+
+
+def test_contracts_md_has_its_examples() -> None:
+    assert sorted(examples("contracts.md")) == ["rolling-deploy"]
 
 
 def test_operating_md_has_its_examples() -> None:

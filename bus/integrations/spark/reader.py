@@ -46,7 +46,7 @@ from bus.envelope import BadSignal, Envelope, PayloadRef
 from bus.errors import ConfigurationError, PayloadError
 from bus.integrations.spark.columns import Selection, row_of
 from bus.integrations.spark.staging import MARKER, StagedRow, Staging, each, retried
-from bus.messages import Message
+from bus.messages import Message, received_as
 from bus.protocol.copies.bundles import Part, parts
 from bus.protocol.delivery import Incoming, Outcome
 from bus.protocol.receive.admission import misaddressed, unreadable
@@ -91,7 +91,7 @@ class ReaderRouting:
         contract = self._contract
         if problem is not None or contract is None:
             return problem
-        if envelope.message_type != contract.message_type:
+        if envelope.message_type not in (contract.message_type, *contract.aliases):
             return (f"message type {envelope.message_type!r} arrived at {self._endpoint!r}, "
                     f"whose reader expects {contract.message_type!r}")
         return unreadable(envelope, self._serializer)
@@ -99,7 +99,8 @@ class ReaderRouting:
     def decode(self, envelope: Envelope, payload: bytes) -> _Opened:
         if self._contract is not None:
             try:
-                self._serializer.loads(payload, self._contract)
+                with received_as(self._contract, envelope.message_type):
+                    self._serializer.loads(payload, self._contract)
             except PayloadError as exc:
                 raise BadSignal(str(exc)) from exc
         binary = (envelope.payload_encoding == "base64" if envelope.encryption is None

@@ -28,7 +28,7 @@ from bus.context import check_key
 from bus.endpoint import Endpoint, Route
 from bus.envelope import BadSignal, Envelope, decode_signal
 from bus.errors import PayloadError, StateError
-from bus.messages import Message
+from bus.messages import Message, received_as
 from bus.naming import RESERVED_PARTITION_PREFIX, RESERVED_PREFIX
 from bus.protocol.copies.courier import due_in
 from bus.protocol.copies.payloads import Payloads
@@ -251,7 +251,8 @@ class EndpointRouting:
         route = self._endpoint.route(envelope.message_type)
         assert route is not None  # refusal() saw to it
         try:
-            message = self._serializer.loads(payload, route.contract)
+            with received_as(route.contract, envelope.message_type):
+                message = self._serializer.loads(payload, route.contract)
         except PayloadError as exc:
             raise BadSignal(str(exc)) from exc
         try:

@@ -186,7 +186,7 @@ class Handling:
             wait=self._backoff(policy),
             retry=retry_if_exception(_retried_at_once),
             sleep=self._sleep, reraise=True)
-        handle = self._chains[admitted.envelope.message_type]
+        handle = self._chains[admitted.route.contract.message_type]
         ctx = self._context(admitted, slot, dequeue_count, generation, session)
         for attempt in retrying:
             with attempt:
