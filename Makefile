@@ -32,7 +32,7 @@ export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 help:
 	@echo "make check  - the developer's loop (under 2 min): lint, types, the tests needing no"
 	@echo "              Azurite/Spark/browser/Functions worker, each simulation break at its seed"
-	@echo "make test   - CI: set up (venvs, pinned deps, Azurite, Chromium) and run every test on"
+	@echo "make test   - CI: set up (venvs, pinned deps, Azurite, Chromium for the browser tests) and run every test on"
 	@echo "              3.13 and 3.10, with a simulation slice that follows the commit"
 	@echo "make test-all - make test, then 2,000 simulation runs, every break searched, quick bench"
 	@echo "make azurite - Azurite on the default ports, as the project starts it (Ctrl-C stops)"
@@ -53,8 +53,8 @@ node_modules/.installed: package.json package-lock.json
 	SCARF_ANALYTICS=false npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-# Debian's Chromium, for the dashboard's browser tests (tests/operations/browser) and `make dashboard`:
-# nothing to do when a `chromium` is on PATH; otherwise apt-get installs it (as root, or through
+# Debian's Chromium, for the dashboard's browser tests (tests/operations/browser) and its
+# screenshots - nothing else uses a browser (`make demo` and `make dashboard` do not): nothing to do when a `chromium` is on PATH; otherwise apt-get installs it (as root, or through
 # sudo), with the DejaVu fonts the pages are drawn in. CHROMIUM_PATH=/path/to/chromium points
 # the tests at another build of it.
 chromium:
@@ -63,7 +63,7 @@ ifdef CHROMIUM_PATH
 else
 	@command -v chromium >/dev/null 2>&1 || { \
 	  command -v apt-get >/dev/null 2>&1 || { echo "Chromium is needed for the browser tests \
-	and make dashboard, and there is no apt-get here to install it: install Debian's chromium \
+	and make screenshots, and there is no apt-get here to install it: install Debian's chromium \
 	package, or set CHROMIUM_PATH=/path/to/chromium"; exit 1; }; \
 	  sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
 	  echo "Installing Debian's chromium: apt-get install chromium fonts-dejavu-core"; \
@@ -75,7 +75,7 @@ else
 	not on PATH"; exit 1; }; }
 endif
 
-setup: $(BIN)/.installed node_modules/.installed chromium
+setup: $(BIN)/.installed node_modules/.installed
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check bus tests devhost bench spark function_app.py
@@ -85,7 +85,7 @@ check: $(BIN)/.installed lint
 	BUS_TEST_TIER=check $(PY) -m pytest $(PYTEST_PARALLEL) -q -m "$(CHECK_MARKERS)" \
 	  --durations=10
 
-test: setup lint test-py310
+test: setup chromium lint test-py310
 	$(PY) -m pytest $(PYTEST_PARALLEL) --sim-slice $(SIM_SLICE) --durations=25
 
 # Not in CI (about an hour here): the long simulation, each break's first failing seed searched
@@ -148,7 +148,7 @@ dashboard: setup
 	$(PY) -m devhost.dashboard --port $(DASHBOARD_PORT)
 
 # The dashboard's screenshots in docs/img (docs/dashboard.md), taken by its browser tests.
-screenshots: setup
+screenshots: setup chromium
 	DASHBOARD_SCREENSHOTS=docs/img $(PY) -m pytest tests/operations/browser -q
 
 # Run the function app locally (Azurite must be running; settings from local.settings.json).
