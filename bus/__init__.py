@@ -2,14 +2,17 @@
 
 The public API::
 
-    from bus import Bus, Command, Context, Endpoint, Event
+    from bus import Bus, Command, Context, Endpoint, Event, connect
 
+(``connect``: a bus from a connection string, or from the app's settings as the Functions app
+reads them)
 and the errors a user may catch, all ``BusError`` (``bus.errors`` has the tree). Internals -
 the envelope, outcomes, storage names - live in their modules (``bus.envelope``,
 ``bus.protocol.delivery``, ``bus.naming``).
 """
 
 from bus.bus import Bus
+from bus.connection import connect
 from bus.context import Context, PartitionState
 from bus.endpoint import Endpoint
 from bus.errors import (
@@ -71,4 +74,5 @@ __all__ = [
     "TransientError",
     "UnreadableRecord",
     "UnreadableVersion",
+    "connect",
 ]

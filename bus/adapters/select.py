@@ -18,12 +18,15 @@ the Spark option ``account_name``) and always means Azure.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 
 from bus.adapters.memory import InMemoryStorage
 from bus.errors import ConfigurationError
 from bus.storage import Storage
 
 MEMORY_SCHEME = "memory:"
+DEFAULT_CONNECTION = "AzureWebJobsStorage"
+"""The app setting that holds the storage connection, unless ``BUS_CONNECTION`` names another."""
 
 _memory: dict[str, InMemoryStorage] = {}
 _lock = threading.Lock()
@@ -55,3 +58,41 @@ def _shared_memory(store: str) -> InMemoryStorage:
         if store not in _memory:
             _memory[store] = InMemoryStorage()
         return _memory[store]
+
+
+def connection_setting(settings: Mapping[str, str]) -> str:
+    """The name of the app setting that holds the storage connection."""
+    return settings.get("BUS_CONNECTION", DEFAULT_CONNECTION)
+
+
+def has_connection(settings: Mapping[str, str]) -> bool:
+    """Whether ``settings`` name a storage account: a connection, or an identity's account."""
+    name = connection_setting(settings)
+    return bool(settings.get(name)) or bool(settings.get(f"{name}__accountName"))
+
+
+def storage_from_settings(settings: Mapping[str, str]) -> Storage:
+    """The backend an app's settings choose, as the Functions host reads them: the setting
+    ``BUS_CONNECTION`` names (``AzureWebJobsStorage`` by default) through ``open_storage``, or
+    ``<that>__accountName`` (with ``__clientId`` for a user-assigned identity) for the
+    account with Entra ID. No request is made. Raises ConfigurationError when neither is set."""
+    name = connection_setting(settings)
+    value = settings.get(name)
+    if value:
+        return open_storage(value, name=f"app setting {name!r}")
+    account = settings.get(f"{name}__accountName")
+    if not account:
+        raise ConfigurationError(
+            f"app setting {name!r} is missing: set it to a storage connection string "
+            f"(UseDevelopmentStorage=true for Azurite, in local.settings.json's Values), or "
+            f"set '{name}__accountName' to use an identity")
+    from bus.adapters.azure import AzureStorage
+
+    client_id = settings.get(f"{name}__clientId")
+    if not client_id:
+        return AzureStorage.from_account(account)
+    # A user-assigned identity, named the way the Functions host reads it.
+    from azure.identity import DefaultAzureCredential
+
+    credential = DefaultAzureCredential(managed_identity_client_id=client_id)
+    return AzureStorage.from_account(account, credential)

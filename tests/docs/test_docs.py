@@ -46,8 +46,8 @@ def test_settlement_md_has_its_examples() -> None:
     ("functions.md", "async-handler"), ("contracts.md", "rolling-deploy")])
 def test_examples_run(azurite_connection: str, prefix: str, doc: str, title: str) -> None:
     program = examples(doc)[title]
-    exec(program, {"STORAGE": AzureStorage.from_connection_string(azurite_connection),
-                   "PREFIX": prefix, "__name__": "docs_example"})
+    exec(program, {"CONNECTION": azurite_connection, "PREFIX": prefix,
+                   "__name__": "docs_example"})
 
 
 def test_contracts_md_has_its_examples() -> None:

@@ -14,6 +14,7 @@ from bus.integrations.spark.writer import RowError
 def test_the_package_exports_exactly_these_names() -> None:
     assert bus.__all__ == sorted(bus.__all__)
     assert set(bus.__all__) == {
+        "connect",
         "Abandon", "Bus", "BusError", "Command", "ConfigurationError", "Contention", "Context",
         "Endpoint", "Event", "JsonSerializer", "Message", "MessageKindError", "Middleware",
         "NamingError", "NotProvisioned", "Outgoing", "PartitionState", "PayloadError",

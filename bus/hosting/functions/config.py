@@ -15,13 +15,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bus.adapters.select import open_storage
+from bus.adapters.select import DEFAULT_CONNECTION, has_connection, storage_from_settings
 from bus.errors import ConfigurationError
 from bus.naming import PREFIX_PATTERN
 from bus.settings import Settings, setting_name
 from bus.storage import Storage
-
-DEFAULT_CONNECTION = "AzureWebJobsStorage"
 
 INLINE_DISPATCH_MAX = 4
 """Default of ``BUS_INLINE_DISPATCH_MAX``: a record with at most this many outgoing copies is
@@ -71,7 +69,7 @@ class AppConfig:
         env = dict(os.environ if environ is None else environ)
         problems: list[str] = []
         connection = env.get("BUS_CONNECTION", DEFAULT_CONNECTION)
-        if not _has_connection(env, connection):
+        if not has_connection(env):
             problems.append(
                 f"app setting {connection!r} is missing: set it to a storage connection string "
                 f"(UseDevelopmentStorage=true for Azurite in local.settings.json), or set "
@@ -108,20 +106,7 @@ class AppConfig:
         """The configured backend (``bus.adapters.select``: a connection string, or
         ``memory:`` for the in-memory one), or the account with an identity; no request is
         made here."""
-        from bus.adapters.azure import AzureStorage
-
-        value = self.environ.get(self.connection)
-        if value:
-            return open_storage(value, name=f"app setting {self.connection!r}")
-        account = self.environ[f"{self.connection}__accountName"]
-        client_id = self.environ.get(f"{self.connection}__clientId")
-        if not client_id:
-            return AzureStorage.from_account(account)
-        # A user-assigned identity, named the way the Functions host reads it.
-        from azure.identity import DefaultAzureCredential
-
-        credential = DefaultAzureCredential(managed_identity_client_id=client_id)
-        return AzureStorage.from_account(account, credential)
+        return storage_from_settings({**self.environ, "BUS_CONNECTION": self.connection})
 
 
 def _with_host_deliveries(settings: Settings, max_dequeue: int, env: Mapping[str, str],
@@ -134,10 +119,6 @@ def _with_host_deliveries(settings: Settings, max_dequeue: int, env: Mapping[str
                         f"extensions.queues.maxDequeueCount ({max_dequeue}), which decides in "
                         f"a Functions app: remove {name} or change host.json")
     return settings.model_copy(update={"max_delivery_count": max_dequeue})
-
-
-def _has_connection(env: Mapping[str, str], name: str) -> bool:
-    return bool(env.get(name)) or bool(env.get(f"{name}__accountName"))
 
 
 def _number(env: Mapping[str, str], name: str, default: float, kind: type[float] | type[int],
