@@ -24,7 +24,7 @@ CHECK_MARKERS = not (azurite or spark or browser or worker or sim_slice or sim_l
 SIM_SLICE ?= 150
 
 .PHONY: help setup lint check test test-all test-py310 sim demo devhost azurite clean lock infra-check spark-demo bench \
-	chromium dashboard screenshots
+	chromium dashboard screenshots dist
 
 # Playwright (requirements-dev.txt) drives Debian's Chromium: it never downloads a browser.
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
@@ -42,6 +42,7 @@ help:
 	@echo "make bench  - benchmarks vs the raw transport and kombu -> bench/results/ (QUICK=1: about 3 min)"
 	@echo "make infra-check - offline checks of infra/ (topology in sync, checkov, Bicep structure)"
 	@echo "make dashboard - the operations dashboard on Azurite with the sample app and some traffic"
+	@echo "make dist   - the package's wheel in dist/ (pip install it, then python -m bus init)"
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
 	@test -n "$(PYTHON)" || { echo "Python 3.13 is needed (pyenv install 3.13.0, or PYTHON=/path/to/python3.13)"; exit 1; }
@@ -171,6 +172,13 @@ $(INFRA_VENV)/.installed: requirements-infra.txt
 
 infra-check: $(BIN)/.installed $(INFRA_VENV)/.installed
 	$(PY) -m bus.operations.infra_check --checkov $(INFRA_VENV)/bin/checkov
+
+# The package, as an app installs it: a wheel in dist/ (README, "Your own app"). Its extras:
+# functions, spark, dashboard, testing (pyproject.toml).
+dist: $(BIN)/.installed
+	rm -rf dist
+	$(BIN)/pip wheel . --no-deps --quiet --disable-pip-version-check -w dist
+	@ls dist/*.whl
 
 # Regenerate the pins of requirements*.txt from a clean venv (needs the registry).
 lock:

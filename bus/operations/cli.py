@@ -5,6 +5,9 @@
     python -m bus topology check  [--app function_app] [--file infra/topology.json]
     python -m bus contracts export [--app function_app] [--out contracts.json]
     python -m bus contracts check OLD [NEW] [--app function_app]   (docs/contracts.md)
+    python -m bus init FOLDER                  a new app on the bus, ready for Azurite
+    python -m bus provision [--app function_app]
+    python -m bus worker [--app function_app] [--endpoint NAME]... [--until-idle]
     python -m bus dlq list|show|replay|purge ENDPOINT [...]   (see bus/operations/dlq.py)
     python -m bus sessions list|show|skip|close ENDPOINT [SESSION]  (bus/operations/sessions.py)
     python -m bus dashboard [--app function_app] [--host 127.0.0.1 [--allowed-host NAME]...]
@@ -25,12 +28,14 @@ import click
 
 from bus.bus import Bus
 from bus.errors import ConfigurationError, NamingError
-from bus.operations import contracts_file
+from bus.hosting.worker import Worker
+from bus.operations import contracts_file, local_run, scaffold
 from bus.operations.apps import DEFAULT_APP, AppError, load_bus
 from bus.operations.audit import audit
 from bus.operations.dlq import dlq
 from bus.operations.sessions import sessions
 from bus.operations.topology_file import DEFAULT_PATH, TopologyFile, drift
+from bus.storage import StorageError
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -197,6 +202,76 @@ def contracts_check_command(old: Path, new: Path | None, app: str) -> None:
         sys.exit(1)
     click.echo(f"no breaking change from {old} to {against} "
                f"({len(result.compatible)} compatible)")
+
+
+@main.command("init")
+@click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
+def init_command(folder: Path) -> None:
+    """Write a new Functions app on the bus into FOLDER: function_app.py, host.json,
+    local.settings.json (Azurite), requirements.txt, send.py, the Bicep in infra/ and a
+    README with the commands to run next. Nothing is overwritten."""
+    try:
+        made = scaffold.init(folder)
+    except scaffold.ScaffoldError as exc:
+        raise UsageProblem(str(exc)) from exc
+    for path in made.written:
+        click.echo(f"wrote {folder / path}")
+    for note in made.notes:
+        click.echo(note, err=True)
+    click.echo(f"next: cd {folder} and follow README.md (pip install -r requirements.txt, "
+               "then Azurite, python -m bus provision, python send.py, python -m bus worker)")
+
+
+def _connected(app: str) -> Bus:
+    """The app's bus over the storage its settings name (not the offline placeholder)."""
+    try:
+        return load_bus(app)
+    except AppError as exc:
+        raise UsageProblem(str(exc)) from exc
+
+
+@main.command("provision")
+@app_option
+def provision_command(app: str) -> None:
+    """Create the app's queues, tables, containers and topic files where its settings point
+    (the environment over local.settings.json); safe to run again."""
+    bus = _connected(app)
+    try:
+        bus.provision()
+    except StorageError as exc:
+        raise click.ClickException(
+            f"storage did not answer ({exc}): is it running (Azurite: npx azurite), and is "
+            "the connection in local.settings.json or the environment right?") from exc
+    click.echo(f"provisioned {len(bus.topology.endpoints)} endpoint(s) of {app} "
+               f"({', '.join(sorted(bus.topology.endpoints))}), prefix "
+               f"{bus.names.prefix or '(none)'}")
+
+
+@main.command("worker")
+@app_option
+@click.option("--endpoint", "endpoints", multiple=True, metavar="NAME",
+              help="An endpoint to run (repeat for each); default: every endpoint of the app.")
+@click.option("--until-idle", is_flag=True,
+              help="Stop once no endpoint has anything left to do (after one maintenance "
+                   "pass), and print what became of each message.")
+def worker_command(app: str, endpoints: tuple[str, ...], until_idle: bool) -> None:
+    """Run the app's endpoints with polling workers (no Functions host needed): each leases
+    its queue's messages and handles them, exactly once, until Ctrl-C."""
+    bus = _connected(app)
+    names = list(endpoints) or sorted(bus.topology.endpoints)
+    unknown = [name for name in names if name not in bus.topology.endpoints]
+    if unknown:
+        raise UsageProblem(f"{app} has no endpoint {', '.join(map(repr, unknown))}: it has "
+                           f"{', '.join(sorted(bus.topology.endpoints))}")
+    workers = {name: Worker(bus, name) for name in names}
+    if until_idle:
+        outcomes = local_run.until_idle(bus, workers)
+        for name in names:
+            counted = ", ".join(f"{n} {o}" for o, n in sorted(outcomes[name].items()))
+            click.echo(f"{name}: {counted or 'nothing to do'}")
+        return
+    click.echo(f"running {', '.join(names)} of {app} (Ctrl-C stops)")
+    local_run.until_stopped(bus, workers)
 
 
 @main.command("dashboard")
