@@ -174,3 +174,39 @@ def test_the_project_readme_shows_the_same_quickstart(tmp_path: Path,
         (tmp_path / "shop" / "README.md").read_text())
     version = re.findall(r'^version = "(.+)"$', (ROOT / "pyproject.toml").read_text(), re.M)[0]
     assert f"dist/eobus-{version}-py3-none-any.whl[functions]" in install
+
+
+def test_provision_and_worker_in_process_on_the_memory_backend(
+        tmp_path: Path, clean_modules: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The two commands, in the developer's loop: ``memory:`` is one store per process."""
+    folder = tmp_path / "shop"
+    CliRunner().invoke(main, ["init", str(folder)])
+    settings = json.loads((folder / "local.settings.json").read_text())
+    settings["Values"]["AzureWebJobsStorage"] = "memory:scaffold-test"
+    (folder / "local.settings.json").write_text(json.dumps(settings))
+    monkeypatch.chdir(folder)
+    monkeypatch.delenv("AzureWebJobsStorage", raising=False)
+    provisioned = CliRunner().invoke(main, ["provision"])
+    assert provisioned.exit_code == 0, provisioned.output
+    assert provisioned.output == ("provisioned 1 endpoint(s) of function_app (greeter), "
+                                  "prefix (none)\n")
+    from contracts import Greet  # type: ignore[import-not-found]  # the new app's
+
+    connect(routes={Greet: "greeter"}).send(Greet(name="ada"))
+    worked = CliRunner().invoke(main, ["worker", "--until-idle"])
+    assert worked.exit_code == 0, worked.output
+    assert worked.output == "greeter: 1 processed\n"
+    again = CliRunner().invoke(main, ["worker", "--until-idle", "--endpoint", "greeter"])
+    assert again.output == "greeter: nothing to do\n"
+
+
+def test_provision_without_a_connection_says_what_to_set(
+        tmp_path: Path, clean_modules: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "shop"
+    CliRunner().invoke(main, ["init", str(folder)])
+    (folder / "local.settings.json").unlink()
+    monkeypatch.chdir(folder)
+    monkeypatch.delenv("AzureWebJobsStorage", raising=False)
+    result = CliRunner().invoke(main, ["provision"])
+    assert result.exit_code == 2
+    assert "app setting 'AzureWebJobsStorage' is missing" in result.output
