@@ -288,7 +288,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devhost.trace_picture",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("directory", type=Path, help="the BUS_TRACE_DIR (spans-*.jsonl)")
-    parser.add_argument("--out", type=Path, default=Path("docs/img/order-trace.png"))
+    parser.add_argument("--out", type=Path, default=Path("order-trace.png"),
+                        help="the picture to write (default: order-trace.png here; the "
+                             "docs' own is docs/img/order-trace.png)")
     parser.add_argument("--trace-id", help="draw this trace and the traces linked to it")
     args = parser.parse_args(argv)
     spans = load(args.directory)

@@ -151,6 +151,19 @@ def test_a_delayed_message_holds_back_the_ones_after_it(storage: Storage,
     assert shop.steps("o1") == [0, 1, 2, 3]
 
 
+def test_a_session_s_summary_defaults_to_now_and_its_endpoint_s_window(
+        storage: Storage, prefix: str) -> None:
+    shop = Shop(storage, prefix)  # reorder_window=60
+    shop.bus.send(Step(order="o1", n=0), delay=30.0)
+    shop.bus.send(Step(order="o1", n=1))
+    drain(shop.bus)
+    info = shop.bus.sessions("s").get("o1")
+    assert info is not None and info.reorder_window == 60.0
+    assert info.summary()["status"] == "waiting"  # this machine's clock, the 60 s window
+    assert info.summary(shop.clock() + 10, None)["status"] == "waiting"
+    assert info.summary(shop.clock() + 61)["status"] == "stuck"
+
+
 def test_a_gap_blocks_the_session_until_the_missing_message_is_replayed(
         storage: Storage, prefix: str) -> None:
     shop = Shop(storage, prefix, refuse={1})

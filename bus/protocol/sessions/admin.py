@@ -15,6 +15,7 @@ being closed, poisons it with the reason - so nothing waiting is lost or left be
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -51,6 +52,9 @@ class SessionInfo:
     session: str
     row: SessionRow
     etag: str
+    reorder_window: float = 300.0
+    """Its endpoint's reorder window (``Endpoint(reorder_window=...)``): how long a gap may
+    hold its copies up before the session counts as stuck."""
 
     @property
     def waiting(self) -> tuple[Waiting, ...]:
@@ -69,8 +73,14 @@ class SessionInfo:
         """Whether a gap has held up its waiting copies longer than ``window``."""
         return bool(self.waiting) and self.waited(now) >= window
 
-    def summary(self, now: float, window: float) -> dict[str, object]:
-        """What ``python -m bus sessions`` prints of it (JSON)."""
+    def summary(self, now: float | None = None,
+                window: float | None = None) -> dict[str, object]:
+        """What ``python -m bus sessions`` prints of it (JSON): its status (closed, stuck,
+        waiting or open), the next number per stream, what waits and since when. ``now``:
+        the time to judge it at (default: this machine's clock); ``window``: the reorder
+        window it counts as stuck after (default: its endpoint's)."""
+        now = time.time() if now is None else now
+        window = self.reorder_window if window is None else window
         return {
             "session": self.session, "partition": self.partition,
             "status": ("closed" if self.closed else "stuck" if self.stuck(now, window)
@@ -252,7 +262,8 @@ class Sessions:
                 self._outbox.touch_with(slot, [op])
             except ClaimLost:
                 continue
-            return SessionInfo(self.endpoint, info.partition, session, row, info.etag)
+            return SessionInfo(self.endpoint, info.partition, session, row, info.etag,
+                               self.window)
         raise Contention(f"session {session!r} of {self.endpoint!r} kept changing")
 
     def _unfinished(self, slot: Slot) -> bool:
@@ -267,7 +278,7 @@ class Sessions:
     def _info(self, row: Entity) -> SessionInfo:
         session = row.row_key[len(SESSION_ROW):]
         return SessionInfo(self.endpoint, row.partition_key, session,
-                           decode(row.partition_key, row.properties), row.etag)
+                           decode(row.partition_key, row.properties), row.etag, self.window)
 
 
 def _firsts(waiting: Sequence[Waiting]) -> tuple[Waiting, ...]:
