@@ -24,6 +24,7 @@ from azure.core.pipeline.transport import RequestsTransport
 from azure.data.tables import EdmType, EntityProperty, TableServiceClient, UpdateMode
 from azure.storage.blob import BlobServiceClient
 from azure.storage.queue import QueueServiceClient
+from requests.adapters import HTTPAdapter
 
 from bus.adapters.azure import queries, transactions
 from bus.adapters.azure.http import LeanSession
@@ -41,6 +42,12 @@ from bus.storage.limits import AZURE, StorageLimits, check_entity, check_message
 from bus.storage.ports import Blob, Entity, EntityValue, QueueMessage, Storage, TableOp
 
 _NO_SDK_RETRIES: dict[str, Any] = {"retry_total": 0}
+CONNECTIONS_PER_HOST = 64
+"""Connections kept open to each storage endpoint: as many as requests run at once - the
+Functions app's delivery threads (32 by default) and a client's send groups together. With
+urllib3's default of 10, each request beyond the tenth opened a connection and threw it away
+afterwards ("Connection pool is full, discarding connection"): a new TCP (and TLS) handshake
+the next time."""
 
 
 def _client_options() -> dict[str, Any]:
@@ -55,6 +62,8 @@ def _client_options() -> dict[str, Any]:
     session = LeanSession()
     session.trust_env = False
     session.proxies.update(urllib.request.getproxies())
+    for scheme in ("https://", "http://"):
+        session.mount(scheme, HTTPAdapter(pool_maxsize=CONNECTIONS_PER_HOST))
     return {**_NO_SDK_RETRIES, "transport": RequestsTransport(session=session,
                                                              session_owner=False)}
 _KEYS = ("PartitionKey", "RowKey")
