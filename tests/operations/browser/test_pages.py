@@ -87,13 +87,16 @@ def test_poisoned_page_groups_the_poison_entries(page: Page, readonly: Server, s
 
 def test_a_poisoned_message_in_detail(page: Page, readonly: Server, shop: Shop,
                                       screenshot: Screenshot) -> None:
-    page.goto(readonly.url + "/poisoned")
+    # Read before the page loads: a reading leases the entries while it reads, and the page's
+    # own reading would hide them from this one.
     [letter] = [x for x in shop.bus.poisoned("billing").entries()
                 if x.entry.envelope is not None
                 and x.entry.envelope.correlation_id == f"conv-{shop.declined_orders[0]}"]
+    page.goto(readonly.url + "/poisoned")
     page.get_by_test_id(f"entry-show-{letter.id}").click()
     detail = page.get_by_test_id("poisoned-detail")
     expect(detail).to_be_visible()
+    expect(detail).to_be_in_viewport()  # drawn below the groups, and scrolled to
     expect(detail).to_contain_text("RuntimeError: card declined for c-declined")
     expect(detail).to_contain_text("max delivery count")  # the reason
     expect(detail).to_contain_text(shop.declined_orders[0])  # the payload
@@ -211,6 +214,23 @@ def test_replaying_a_poisoned_group_processes_each_message_once(
     assert shop.poisoned("billing") == 0
     page.get_by_test_id("refresh").click()
     expect(group(page, "billing")).to_have_count(0)
+
+
+def test_an_undecodable_entry_shows_its_body_and_offers_no_replay(
+        page: Page, actions: Server, fresh_shop: Shop) -> None:
+    """A body that is not a message of the bus cannot be sent again: its group offers a purge,
+    says why there is no replay, and its detail shows the body as it arrived."""
+    page.goto(actions.url + "/poisoned")
+    orders = group(page, "orders")  # (reading the entries here would lease them from the page)
+    expect(orders.locator('[data-testid^="group-replay-"]')).to_be_hidden()
+    expect(orders.locator('[data-testid^="group-not-replayable-"]')).to_have_text(
+        "1 not replayable (no message to send again: purge)")
+    expect(group(page, "billing").locator('[data-testid^="group-replay-"]')).to_have_text(
+        f"Replay group ({len(fresh_shop.declined_orders)})")
+    orders.locator('[data-testid^="entry-show-"]').click()
+    expect(page.get_by_test_id("poisoned-detail")).to_be_in_viewport()
+    expect(page.get_by_test_id("detail-original-body")).to_have_text("%%% not base64 %%%")
+    no_errors(page)
 
 
 def test_pausing_and_resuming_an_endpoint(page: Page, actions: Server, fresh_shop: Shop,

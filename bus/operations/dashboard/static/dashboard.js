@@ -142,6 +142,9 @@ function poisonedPage() {
       }
       return out;
     },
+    replayableIds(group) {
+      return group.entries.filter((x) => x.replayable).map((x) => x.id);
+    },
     ask(action, byEndpoint) {
       const count = Object.values(byEndpoint).reduce((n, ids) => n + ids.length, 0);
       if (!count) return;
@@ -182,6 +185,9 @@ function poisonedPage() {
     async show(endpoint, id) {
       try {
         this.detail = await api(`/poisoned/${encodeURIComponent(endpoint)}/${encodeURIComponent(id)}`);
+        // The detail is drawn below the groups: bring it into view, not below the fold.
+        await this.$nextTick();
+        requestAnimationFrame(() => document.getElementById("poisoned-detail").scrollIntoView({ block: "start" }));
       } catch (e) { this.error = e.message; }
     },
   };
