@@ -92,10 +92,20 @@ def checked(document: Any, where: str) -> dict[str, Any]:
     for name, contract in document["contracts"].items():
         if not (isinstance(contract, dict) and contract.get("kind") in ("command", "event")
                 and isinstance(contract.get("schema"), dict)
-                and isinstance(contract.get("aliases", []), list)):
+                and _strings(contract.get("aliases", []))):
             raise ContractsFileError(f"{where}: contract {name!r} lacks a kind (command or "
                                      "event), a schema or a list of aliases")
+        schema = contract["schema"]
+        if not (isinstance(schema.get("properties", {}), dict)
+                and isinstance(schema.get("$defs", {}), dict)
+                and _strings(schema.get("required", []))):
+            raise ContractsFileError(f"{where}: contract {name!r} has a schema whose "
+                                     "properties, $defs or required list is malformed")
     return document
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
 
 @dataclass

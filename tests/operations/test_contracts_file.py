@@ -11,6 +11,8 @@ from typing import Any, ClassVar
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import Field
 
 from bus import Command, Event
@@ -115,6 +117,14 @@ def test_check_fails_on_a_removed_required_field(shop: Path) -> None:
     ('{"format": 2, "contracts": {}}', "old.json: format 2, this bus reads format 1"),
     ('{"format": 1, "contracts": {"A": {"kind": "query", "schema": {}}}}',
      "old.json: contract 'A' lacks a kind (command or event)"),
+    ('{"format": 1, "contracts": {"A": {"kind": "event", "schema": {}, "aliases": [1]}}}',
+     "old.json: contract 'A' lacks a kind (command or event), a schema or a list of aliases"),
+    ('{"format": 1, "contracts": {"A": {"kind": "event", "schema": {"properties": "x"}}}}',
+     "old.json: contract 'A' has a schema whose properties, $defs or required list is "
+     "malformed"),
+    ('{"format": 1, "contracts": {"A": {"kind": "event", "schema": {"required": "x"}}}}',
+     "malformed"),
+    ('[1, 2]', 'old.json: not a contracts file'),
 ])
 def test_a_file_that_is_not_a_contracts_file_is_a_usage_error(
         shop: Path, content: str, problem: str) -> None:
@@ -227,3 +237,29 @@ def test_documentation_changes_break_nothing() -> None:
         note: str = Field("", title="Note", examples=["leave at the door"])
 
     assert changes(V1, Documented) == Comparison()
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=6),
+                    lambda inner: st.lists(inner, max_size=3)
+                    | st.dictionaries(st.sampled_from(
+                        ["format", "contracts", "kind", "schema", "aliases", "properties",
+                         "required", "$defs", "$ref", "type", "A", "x"]), inner, max_size=4),
+                    max_leaves=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(old=JSON, new=JSON)
+def test_whatever_two_files_hold_the_check_ends_in_an_answer_or_a_usage_error(
+        tmp_path_factory: pytest.TempPathFactory, old: Any, new: Any) -> None:
+    """Hostile files, as JSON: the check answers (0, 1) or says the file is not one (2),
+    and never raises anything else."""
+    folder = tmp_path_factory.mktemp("files")
+    for name, document in (("old.json", old), ("new.json", new)):
+        if isinstance(document, dict) and "contracts" in document:
+            document.setdefault("format", 1)  # reach past the first check more often
+        (folder / name).write_text(json.dumps(document))
+    result = CliRunner().invoke(main, ["contracts", "check", str(folder / "old.json"),
+                                       str(folder / "new.json")])
+    assert result.exit_code in (0, 1, 2), result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), \
+        repr(result.exception)

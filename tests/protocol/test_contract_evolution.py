@@ -118,7 +118,8 @@ def test_an_upcast_that_raises_poisons_the_copy_with_the_reason(storage: Storage
     drain(orders, fail_fast=False)
     [poisoned] = orders.poisoned("orders").entries()
     assert [m.order_id for m in seen] == ["o1"]
-    assert "upcast from 'PlaceOrder' raised KeyError('amount')" in poisoned.entry.reason
+    assert "upcast from 'PlaceOrder' raised KeyError" in poisoned.entry.reason
+    assert "amount" not in poisoned.entry.reason  # the exception's type, never its message
 
 
 class _Unamounted(Command):
