@@ -265,7 +265,10 @@ def worker_command(app: str, endpoints: tuple[str, ...], until_idle: bool) -> No
                            f"{', '.join(sorted(bus.topology.endpoints))}")
     workers = {name: Worker(bus, name) for name in names}
     if until_idle:
-        outcomes = local_run.until_idle(bus, workers)
+        try:
+            outcomes = local_run.until_idle(bus, workers)
+        except local_run.StillBusy as exc:
+            raise click.ClickException(str(exc)) from exc
         for name in names:
             counted = ", ".join(f"{n} {o}" for o, n in sorted(outcomes[name].items()))
             click.echo(f"{name}: {counted or 'nothing to do'}")

@@ -24,6 +24,10 @@ MAX_ROUNDS = 10_000
 that keep sending each other)."""
 
 
+class StillBusy(Exception):
+    """``until_idle`` found work in every one of ``MAX_ROUNDS`` rounds."""
+
+
 def until_idle(bus: Bus, workers: Mapping[str, Worker]) -> dict[str, dict[str, int]]:
     """Poll every worker, round after round, until a round finds nothing anywhere; then one
     maintenance pass, and again until idle. What became of the messages, per endpoint. A
@@ -33,7 +37,9 @@ def until_idle(bus: Bus, workers: Mapping[str, Worker]) -> dict[str, dict[str, i
             if not sum(worker.poll_once() for worker in workers.values()):
                 break
         else:
-            raise RuntimeError(f"still busy after {MAX_ROUNDS} rounds: messages keep coming")
+            raise StillBusy(f"still busy after {MAX_ROUNDS} rounds of polling: messages keep "
+                            "coming (handlers that keep sending each other?); run the "
+                            "worker without --until-idle")
         maintenance_pass(bus)
     return {name: dict(worker.outcomes) for name, worker in workers.items()}
 
