@@ -71,7 +71,10 @@ class Message(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _upcast_received(cls, data: Any) -> Any:
-        received = _RECEIVED.get()
+        # Through a module function: a contract defined in a notebook travels to Spark's
+        # executors pickled by value, with the globals of this validator, and a ContextVar
+        # cannot be pickled (a module function is pickled by reference).
+        received = received_now()
         if received is None or received[0] is not cls or not isinstance(data, dict):
             return data
         try:
@@ -80,6 +83,12 @@ class Message(BaseModel):
             # Its type only: the message may quote the payload's values (a decrypted one's),
             # and the reason goes to the poison queue, the log and the dashboard.
             raise ValueError(f"upcast from {received[1]!r} raised {type(exc).__name__}") from exc
+
+
+def received_now() -> tuple[type[Message], str] | None:
+    """The contract being decoded from a copy, and the type it was sent as (``received_as``);
+    None outside a decoding."""
+    return _RECEIVED.get()
 
 
 @contextmanager
