@@ -155,12 +155,14 @@ def test_the_quickstart_runs_from_an_installed_wheel(tmp_path: Path, azurite_con
     subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q",
                     "--disable-pip-version-check", "-w", str(wheels)], check=True, timeout=300)
     [wheel] = wheels.glob("eobus-*.whl")
+    # A user's environment for every step: a PYTHONPATH to this checkout (the Spark tests
+    # set one in this process) would have pip find the package installed already.
+    env = users_environment()
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120, env=env)
     python = str(venv / "bin" / "python")
     subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                    f"{wheel}[functions]"], check=True, timeout=600)
-    env = users_environment()
+                    f"{wheel}[functions]"], check=True, timeout=600, env=env)
     made = subprocess.run([python, "-m", "bus", "init", "shop"], cwd=tmp_path, env=env,
                           timeout=120, capture_output=True, text=True, check=False)
     assert made.returncode == 0, (made.stdout, made.stderr)
