@@ -68,6 +68,16 @@ def _describe(app: str, prefix: str | None) -> TopologyFile:
         raise UsageProblem(str(exc)) from exc
 
 
+def _write(text: str, out: Path, what: str = "") -> None:
+    """An export's text to ``out`` (its folder made), or to stdout when ``out`` is '-'."""
+    if str(out) == "-":
+        click.echo(text, nl=False)
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    click.echo(f"wrote {out}{what}")
+
+
 @click.group()
 def main() -> None:
     """Operate an exactly-once bus on Azure Storage."""
@@ -92,13 +102,7 @@ def topology() -> None:
                    "Default: the app's BUS_PREFIX, normally empty.")
 def export_command(app: str, out: Path, prefix: str | None) -> None:
     """Write the topology file that infra/main.bicep deploys."""
-    text = _describe(app, prefix).to_json()
-    if str(out) == "-":
-        click.echo(text, nl=False)
-        return
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text, encoding="utf-8")
-    click.echo(f"wrote {out}")
+    _write(_describe(app, prefix).to_json(), out)
 
 
 @topology.command("show")
@@ -172,13 +176,7 @@ def _contracts_file(path: Path) -> dict[str, Any]:
 def contracts_export_command(app: str, out: Path) -> None:
     """Write every contract of the app (kind, aliases, JSON Schema) to a file to commit."""
     document = _app_contracts(app)
-    text = contracts_file.to_json(document)
-    if str(out) == "-":
-        click.echo(text, nl=False)
-        return
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text, encoding="utf-8")
-    click.echo(f"wrote {out} ({len(document['contracts'])} contracts)")
+    _write(contracts_file.to_json(document), out, f" ({len(document['contracts'])} contracts)")
 
 
 @contracts.command("check")
