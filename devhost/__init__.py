@@ -1,8 +1,6 @@
-"""A local stand-in for the Azure Functions host, for machines without Core Tools.
-
-``python -m devhost`` indexes ``function_app.py`` the way the Python worker does, polls the
-queue triggers with the host's documented queue semantics, runs timer triggers, and drives
-Durable orchestrations through the real azure-functions-durable replay engine, with history
-and instances kept in the storage account (so a restarted devhost resumes them). It is a
-development tool: .funcignore keeps it out of the deployed package.
+"""This repository's tools around the local host (``bus.hosting.local``, ``python -m bus host``):
+Azurite started on free ports (``azurite``), the demo (``demo``), the sample dashboard
+(``dashboard``), trace pictures (``trace_picture``) and the host run as a subprocess
+(``process``). ``python -m devhost`` is ``python -m bus host``. A development tool: .funcignore
+keeps it out of the deployed package.
 """

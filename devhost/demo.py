@@ -13,23 +13,21 @@ from __future__ import annotations
 
 import argparse
 import base64
-import contextlib
 import json
-import logging
 import os
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from bus.hosting.local.durable import work_queue_name
+from bus.hosting.local.host import hub_name
+from bus.hosting.local.serve import without_auth_level_warning
 from devhost.azurite import azurite
-from devhost.durable import work_queue_name
-from devhost.host import hub_name
 from devhost.process import start_host, stop_host
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,7 +79,7 @@ class Demo:
 
         self.app = function_app
         # What the worker must load, every one (get_functions() may be called once per app).
-        with _without_auth_level_warning():
+        with without_auth_level_warning():
             self.functions_defined = len(function_app.app.get_functions())
         self.bus = function_app.bus_functions.bus
         storage, self.duplicates = with_duplicates(self.bus.storage, args.duplicate_rate, seed=7)
@@ -323,22 +321,6 @@ def _patiently(call: Any, *args: Any) -> Any:
     retrying = Retrying(stop=stop_after_attempt(6), wait=wait_exponential(0.2, max=5),
                         retry=retry_if_exception_type(TransientError), reraise=True)
     return retrying(call, *args)
-
-
-@contextlib.contextmanager
-def _without_auth_level_warning() -> Iterator[None]:
-    """azure-functions warns, on every app without an HTTP function, that its auth level
-    applies to nothing - the normal case for a bus app, and nothing for a demo's reader to
-    act on."""
-    def alarming(record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("Auth level is not applied")
-
-    root = logging.getLogger()
-    root.addFilter(alarming)
-    try:
-        yield
-    finally:
-        root.removeFilter(alarming)
 
 
 if __name__ == "__main__":

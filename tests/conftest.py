@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 FIXTURE_TIERS = {"azurite_connection": "azurite", "spark": "spark", "browser": "browser"}
 """A fixture in a test's closure -> the tier marker the test gets."""
-WORKER_MODULES = ("devhost.worker", "devhost.host", "azure_functions_runtime")
+WORKER_MODULES = ("bus.hosting.local", "azure_functions_runtime")
 """Importing any of these (anywhere in a test module) runs Microsoft's Functions worker."""
 SLOW_SECONDS = 5.0
 """A test that took this long last time is started first, longest first: on two cores the

@@ -6,7 +6,7 @@ value:
 
 * ``memory:`` or ``memory:<name>`` - the in-memory backend (``bus.adapters.memory``): one store
   per name **per process**, shared by every Bus of that process that names it. For local runs
-  and tests in one process (the devhost runs the app and its worker in one); a second process
+  and tests in one process (the local host runs the app and its worker in one); a second process
   - another Functions worker, a Spark executor - has a store of its own and sees nothing;
 * anything else - an Azure Storage connection string (``UseDevelopmentStorage=true`` for
   Azurite, or ``DefaultEndpointsProtocol=...;AccountName=...;...``): the Azure backend.

@@ -217,7 +217,13 @@ def init_command(folder: Path) -> None:
     for note in made.notes:
         click.echo(note, err=True)
     click.echo(f"next: cd {folder} and follow README.md (pip install -r requirements.txt, "
-               "then Azurite, python -m bus provision, python send.py, python -m bus worker)")
+               "then Azurite, python -m bus provision, python send.py, python -m bus host)")
+
+
+def _unreachable(exc: StorageError) -> click.ClickException:
+    return click.ClickException(
+        f"storage did not answer ({exc}): is it running (Azurite: npx azurite), and is the "
+        "connection in local.settings.json or the environment right?")
 
 
 def _connected(app: str) -> Bus:
@@ -237,9 +243,7 @@ def provision_command(app: str) -> None:
     try:
         bus.provision()
     except StorageError as exc:
-        raise click.ClickException(
-            f"storage did not answer ({exc}): is it running (Azurite: npx azurite), and is "
-            "the connection in local.settings.json or the environment right?") from exc
+        raise _unreachable(exc) from exc
     click.echo(f"provisioned {len(bus.topology.endpoints)} endpoint(s) of {app} "
                f"({', '.join(sorted(bus.topology.endpoints))}), prefix "
                f"{bus.names.prefix or '(none)'}")
@@ -267,12 +271,53 @@ def worker_command(app: str, endpoints: tuple[str, ...], until_idle: bool) -> No
             outcomes = local_run.until_idle(bus, workers)
         except local_run.StillBusy as exc:
             raise click.ClickException(str(exc)) from exc
+        except StorageError as exc:  # "nothing to do" would be wrong: storage may hold work
+            raise _unreachable(exc) from exc
         for name in names:
             counted = ", ".join(f"{n} {o}" for o, n in sorted(outcomes[name].items()))
             click.echo(f"{name}: {counted or 'nothing to do'}")
         return
     click.echo(f"running {', '.join(names)} of {app} (Ctrl-C stops)")
     local_run.until_stopped(bus, workers)
+
+
+@main.command("host")
+@click.option("--script-root", type=click.Path(file_okay=False, exists=True, path_type=Path),
+              default=Path("."), show_default=True,
+              help="The app's folder: function_app.py, host.json, local.settings.json.")
+@click.option("--until-idle", is_flag=True,
+              help="Stop once no trigger has anything left to do (after one run of each timer "
+                   "function: the bus's maintenance), and print what each function did.")
+@click.option("--timer-seconds", type=float, default=None,
+              help="Run timer functions this often instead of on their schedule.")
+@click.option("--lease-seconds", type=float, default=None,
+              help="Queue message lease (the Functions host's is 600 s).")
+@click.option("--stats-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the invocation counters here (JSON) when stopping.")
+@click.option("--log-level", default="INFO", show_default=True)
+def host_command(*, script_root: Path, until_idle: bool, timer_seconds: float | None,
+                 lease_seconds: float | None, stats_file: Path | None, log_level: str) -> None:
+    """Run a Functions app locally, as `func start` would, without Core Tools: Microsoft's
+    Python worker loads its function_app.py, and the local host feeds its queue triggers,
+    timers and Durable orchestrations with the Functions host's queue rules (docs/functions.md),
+    until Ctrl-C."""
+    try:
+        from bus.hosting.local.serve import StillBusy, serve
+    except ImportError as exc:
+        raise click.ClickException(
+            f"the local host needs the Functions extra on Python 3.13 ({exc}): pip install "
+            "'eobus[functions]'") from exc
+    try:
+        stats = serve(script_root, until_idle=until_idle, timer_seconds=timer_seconds,
+                      lease_seconds=lease_seconds, stats_file=stats_file, log_level=log_level)
+    except StillBusy as exc:
+        raise click.ClickException(str(exc)) from exc
+    if until_idle:
+        for name, counters in sorted(stats["functions"].items()):
+            counted = ", ".join(f"{counters[key]} {key.replace('_', ' ')}" for key in
+                                ("succeeded", "failed", "timed_out", "poisoned")
+                                if counters[key])
+            click.echo(f"{name}: {counted or 'nothing to do'}")
 
 
 @main.command("dashboard")

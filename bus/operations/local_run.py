@@ -31,7 +31,11 @@ class StillBusy(Exception):
 def until_idle(bus: Bus, workers: Mapping[str, Worker]) -> dict[str, dict[str, int]]:
     """Poll every worker, round after round, until a round finds nothing anywhere; then one
     maintenance pass, and again until idle. What became of the messages, per endpoint. A
-    message whose retry delays it is not waited for (it is handled by a later run)."""
+    message whose retry delays it is not waited for (it is handled by a later run). Raises
+    ``StorageError`` when storage does not answer at the start (a poll that fails finds
+    nothing, which is not idle)."""
+    for worker in workers.values():
+        bus.storage.queues.depth(worker.queue)
     for _ in range(2):
         for _ in range(MAX_ROUNDS):
             if not sum(worker.poll_once() for worker in workers.values()):

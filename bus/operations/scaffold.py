@@ -120,7 +120,7 @@ pip install -r requirements.txt     # once (from a wheel of yours: --find-links 
 npx azurite --silent --location .azurite --skipApiVersionCheck &   # storage, locally
 python -m bus provision             # the queues, tables and topic files of local.settings.json
 python send.py ada                  # a message, from a plain script
-python -m bus worker --until-idle   # handle what waits (or: func start, with Core Tools)
+python -m bus host --until-idle     # the app handles what waits (or: func start)
 python -m bus dashboard             # what happened, at http://127.0.0.1:8080/
 ```
 

@@ -1,6 +1,7 @@
 """``python -m bus init``: a new app that runs as written - provisioned, sent to from a plain
-script and handled exactly once by ``python -m bus worker`` on Azurite - and, from a wheel of
-this package installed into a fresh virtualenv, the same quickstart as a new user runs it."""
+script and handled exactly once by the app under the local host (``python -m bus host``,
+Microsoft's worker running its function_app.py) on Azurite - and, from a wheel of this package
+installed into a fresh virtualenv, the same quickstart as a new user runs it."""
 
 from __future__ import annotations
 
@@ -86,6 +87,24 @@ def test_worker_names_an_unknown_endpoint(tmp_path: Path, clean_modules: None,
     assert "function_app has no endpoint 'billing': it has greeter" in result.output
 
 
+NOBODY = ("DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey="
+          "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;"
+          + "".join(f"{kind}Endpoint=http://127.0.0.1:9/devstoreaccount1;"
+                    for kind in ("Blob", "Queue", "Table")))
+"""A connection to storage that is not there (port 9: the discard port, closed here)."""
+
+
+def test_worker_until_idle_says_when_storage_does_not_answer(
+        tmp_path: Path, clean_modules: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not "nothing to do": a poll that fails finds nothing, which is not idle."""
+    CliRunner().invoke(main, ["init", str(tmp_path / "shop")])
+    monkeypatch.chdir(tmp_path / "shop")
+    monkeypatch.setenv("AzureWebJobsStorage", NOBODY)
+    result = CliRunner().invoke(main, ["worker", "--until-idle"])
+    assert result.exit_code == 1
+    assert "storage did not answer" in result.output and "nothing to do" not in result.output
+
+
 def users_environment() -> dict[str, str]:
     """This process's environment without the app settings and paths other tests set (the
     new app's settings are its local.settings.json's, as in a new user's shell)."""
@@ -130,23 +149,30 @@ def quickstart(folder: Path, python: str, connection: str, prefix: str, env: dic
     return printed
 
 
+HOST_SAYS = "bus_endpoint_greeter: 1 succeeded\n"
+"""What ``python -m bus host --until-idle`` prints after the README's message: the greeter's
+queue-triggered function (its name in the Functions app) ran once, in Microsoft's worker."""
+
+
 def greetings(connection: str, prefix: str) -> dict[str, object]:
     bus = connect(connection, [Endpoint("greeter")], prefix=prefix)
     return {"ada": bus.read_state("greeter", "ada", "greetings")}
 
 
 @pytest.mark.azurite
+@pytest.mark.worker
 def test_the_quickstart_runs_from_the_checkout(tmp_path: Path, azurite_connection: str,
                                                prefix: str, clean_modules: None) -> None:
     folder = tmp_path / "shop"
     CliRunner().invoke(main, ["init", str(folder)])
     env = {**users_environment(), "PYTHONPATH": str(ROOT)}
     printed = quickstart(folder, sys.executable, azurite_connection, prefix, env)
-    assert printed[-1] == "greeter: 1 processed\n"
+    assert printed[-1] == HOST_SAYS
     assert greetings(azurite_connection, prefix) == {"ada": {"times": 1}}
 
 
 @pytest.mark.azurite
+@pytest.mark.worker
 def test_the_quickstart_runs_from_an_installed_wheel(tmp_path: Path, azurite_connection: str,
                                                      prefix: str) -> None:
     """What a new user does: pip install the built package (its Functions extra), init an
@@ -170,7 +196,7 @@ def test_the_quickstart_runs_from_an_installed_wheel(tmp_path: Path, azurite_con
     version = re.findall(r'^version = "(.+)"$', (ROOT / "pyproject.toml").read_text(), re.M)[0]
     assert (folder / "requirements.txt").read_text() == f"eobus[functions]=={version}\n"
     printed = quickstart(folder, python, azurite_connection, prefix, env, installs=True)
-    assert printed[-1] == "greeter: 1 processed\n"
+    assert printed[-1] == HOST_SAYS
     assert greetings(azurite_connection, prefix) == {"ada": {"times": 1}}
 
 

@@ -27,8 +27,8 @@ pytestmark = pytest.mark.sim
 
 FAILING_SEED = {
     "ack-before-commit": 1,
-    "ack-bundle-early": 12,
-    "act-on-unfinished": 7,
+    "ack-bundle-early": 30,
+    "act-on-unfinished": 13,
     "admit-reserved-keys": 16,
     "commit-over-unfinished": 6,
     "dirty-retry": 1,
@@ -50,7 +50,7 @@ FAILING_SEED = {
     "reuse-send-ids": 26,
     "session-apart": 2,
     "settle-before-stage": 38,
-    "settle-reads-early": 5,
+    "settle-reads-early": 6,
     "skip-claim-cas": 2,
     "skip-confirm": 1,
     "skip-fence-superseded": 3,
@@ -87,8 +87,11 @@ COVERING_SEED = 131
 session event, on Python 3.13 and on 3.10 (found by trying each)."""
 
 
+@pytest.mark.sim_long
 @pytest.mark.parametrize("seed", [seed for seed in COVERING_SEEDS if seed != COVERING_SEED])
 def test_the_protocol_holds_at_the_covering_seeds(seed: int) -> None:
+    """In ``make test``: ``COVERING_SEED`` alone covers what they cover together, and runs in
+    the developer's loop (the next test)."""
     assert run_once(seed).violations == []
 
 
@@ -150,13 +153,14 @@ def test_seeds_a_slice_once_failed_on_hold(seed: int) -> None:
     assert run_once(seed).violations == [], FOUND_SEEDS[seed]
 
 
-SLOW_BREAKS = {"expire-on-stale-slot", "payload-before-token",
-               "poisoned-ends-deferral", "purge-unsettled", "unreserved-growth"}
+SLOW_BREAKS = {"expire-on-stale-slot", "payload-before-token", "purge-unsettled",
+               "unreserved-growth"}
 """Breaks none of whose first 300 seeds fails within 5 s (their broken runs run on until the
 step limit), checked by ``make test`` (``sim_long``), not in the developer's loop. The known
-seeds of payload-before-token and poisoned-ends-deferral are the first failing within 60 s
-(``--quick-seed 60``; about 30 s and 50 s); unreserved-growth keeps an earlier one (about
-60 s). purge-unsettled fails seldom: it needs a purge of a message whose handler committed
+seed of payload-before-token is the first failing within 60 s (``--quick-seed 60``; about 30
+s); unreserved-growth keeps an earlier one (about 80 s). poisoned-ends-deferral's known seed,
+once the first failing within 60 s (about 50 s), now fails within 4 s (the simulation's
+Functions hosts put a failed handler's copy back for its retry delay): it runs in the loop. purge-unsettled fails seldom: it needs a purge of a message whose handler committed
 while its sends waited for room. Its broken runs do not quiesce: among the runs with Briefs
 and a bounded queue, the first two passed over as slow at 25 s fail when run to the end (152
 in about 160 s, 602 in about 85 s; 602 is kept); so do expire-on-stale-slot's: among the runs

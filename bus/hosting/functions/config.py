@@ -137,7 +137,7 @@ def _number(env: Mapping[str, str], name: str, default: float, kind: type[float]
 
 
 def _default_host_json() -> Path:
-    # The worker runs with the app's root as the working directory; so does the devhost.
+    # The worker runs with the app's root as the working directory; so does the local host.
     root = os.environ.get("AzureWebJobsScriptRoot", ".")  # noqa: SIM112 - the host's name
     return Path(root) / "host.json"
 

@@ -31,7 +31,10 @@ only a second failed delete in a row brings the original back over the limit, an
 entry is then stale (token gone) or a second one of a poisoned message - harmless to replay.
 
 Handler failures are counted the same way (the receiver gets the delivery count, not the
-dequeue count), so a copy's handler is retried only for the deliveries left.
+dequeue count), so a copy's handler is retried only for the deliveries left. A handler that
+failed with a retry delay (the route's ``RetryPolicy.delays``, or ``RetryAfter``) is put back
+the same way, as a copy carrying its count and due after that delay (the host's release knows
+only host.json's ``visibilityTimeout``): the delays are the same under every host.
 
 The circuit breaker (``Bus.pause``, or storage throttling) is honoured too. A pause that ends
 within ``PAUSE_WAITED_OUT_SECONDS`` is waited out inside the invocation (the host renews the
@@ -87,6 +90,7 @@ class _FunctionsHost:
     on its own when the function raises on delivery ``maxDequeueCount``."""
 
     poisons_at_max = True
+    release_delays = False  # a released message is visible after host.json's visibilityTimeout
 
     @staticmethod
     def delete(message: _Invocation) -> None:

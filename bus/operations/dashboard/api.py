@@ -141,12 +141,17 @@ def _waiting_routes(api: APIRouter, monitor: Monitor) -> None:
     @api.get("/sessions", tags=["waiting"])
     def sessions(endpoint: str | None = None) -> list[models.SessionItem]:
         """Sessions of each endpoint, stuck ones (a gap held them up longer than the reorder
-        window) first."""
+        window) first; ``blocked_by`` names the poison entries that hold a gap (the copy a
+        waiting session needs next, poisoned: replay it, or skip the gap)."""
         out: list[models.SessionItem] = []
         for name in _chosen(monitor, endpoint):
             infos, now, window = monitor.sessions(name)
-            out += [models.SessionItem.model_validate({**info.summary(now, window),
-                                                       "endpoint": name}) for info in infos]
+            summaries = [info.summary(now, window) for info in infos]
+            letters = (monitor.poisoned(name).value or [] if any(
+                s["status"] in ("stuck", "waiting") for s in summaries) else [])
+            out += [models.SessionItem.model_validate(
+                {**summary, "endpoint": name, "blocked_by": _blocking(letters, summary)})
+                for summary in summaries]
         rank = {"stuck": 0, "waiting": 1, "open": 2, "closed": 3}
         out.sort(key=lambda s: (rank[s.status], -s.waited_seconds))
         return out
@@ -214,6 +219,18 @@ def _pause_result(monitor: Monitor, endpoint: str) -> models.PauseResult:
     paused = monitor.paused(endpoint).value
     return models.PauseResult(endpoint=endpoint, paused=models.PauseInfo(
         until=paused.until, reason=paused.reason) if paused else None)
+
+
+def _blocking(letters: list[PoisonedMessage], session: dict[str, Any]) -> list[str]:
+    """The ids of the poison entries holding a gap of a waiting ``session`` (its summary):
+    copies of the session whose number is the one a stream waits for next."""
+    if session["status"] not in ("stuck", "waiting"):
+        return []
+    expected: dict[str, int] = session["next"]
+    return [letter.id for letter in letters
+            if (envelope := letter.entry.envelope) is not None
+            and envelope.session == session["session"] and envelope.stream is not None
+            and envelope.sequence == expected.get(envelope.stream, 1)]
 
 
 def _chosen(monitor: Monitor, endpoint: str | None) -> list[str]:

@@ -202,6 +202,8 @@ class SessionItem(BaseModel):
     gaps: int
     blocked_since: float | None
     closed_at: float | None
+    blocked_by: list[str] = []
+    """Poison entries at the endpoint holding the session's gap: the copies it needs next."""
 
 
 class SessionResult(BaseModel):

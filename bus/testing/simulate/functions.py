@@ -1,12 +1,13 @@
 """The Functions host's side in the simulation: its queue rules around the bus's trigger, the
 Durable orchestration's steps, and an operator replaying poisoned messages.
 
-The host follows ``devhost.queues`` (itself the host's ``QueueProcessor``): a message whose
-dequeue count is over ``maxDequeueCount``, or whose body is not base64, is copied to the
-poison queue without invoking the function; the function's return deletes the message, its
-exception makes it visible again - or, on the last delivery allowed, copies it to the poison
-queue. The orchestration runs the outbox driver's steps as the activities do: at least once
-each, sometimes repeated, sometimes never started (maintenance then finishes the record).
+The host follows ``bus.hosting.local.queues`` (itself the host's ``QueueProcessor``): a
+message whose dequeue count is over ``maxDequeueCount``, or whose body is not base64, is
+copied to the poison queue without invoking the function; the function's return deletes the
+message, its exception makes it visible again - or, on the last delivery allowed, copies it to
+the poison queue. The orchestration runs the outbox driver's steps as the activities do: at
+least once each, sometimes repeated, sometimes never started (maintenance then finishes the
+record).
 """
 
 from __future__ import annotations
@@ -88,9 +89,10 @@ class FunctionsHost:
         rounds = self.trigger.rounds
         self.counts["invocations_in_shared_rounds"] += rounds.shared - self._shared
         self._shared = rounds.shared
-        self.counts["functions_requeued"] += delivery.outcome.value == "requeued"
+        parts = delivery.parts or (delivery,)
+        self.counts["functions_requeued"] += sum(part.outcome is Outcome.REQUEUED for part in parts)
         self.counts["early_copies_put_back"] += sum(
-            part.outcome is Outcome.SCHEDULED for part in delivery.parts or (delivery,))
+            part.outcome is Outcome.SCHEDULED for part in parts)
         for handoff in delivery.handoffs:
             self.counts["orchestrations_started"] += 1
             self.handoffs.append(handoff)

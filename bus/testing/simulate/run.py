@@ -48,6 +48,7 @@ from bus.testing.simulate.workload import (
     Releases,
     SessionPlan,
     Start,
+    Step,
     Tally,
     build,
     retry_policy,
@@ -290,7 +291,7 @@ def _spawn_operators(bus: Bus, world: World, releases: Releases, counts: Counter
     # them from other readers for the peek lease: Settings.peek_lease_seconds).
     world.spawn(Operator(bus, world, [e for e in bus.topology.endpoints if e != briefs.ENDPOINT],
                          {t for _, t in EXPECTED} | {"Start", "Noted", "Tally", "Debrief",
-                                                     "Briefed"}, counts).actor())
+                                                     "Briefed", *Step.aliases}, counts).actor())
     operated = plan if plan is not None and plan.operator else None
     console = Console(bus, world, plan_briefs, routes if routes is not None else Counter(),
                       sessions=operated, deploying=deploying if operated else None)

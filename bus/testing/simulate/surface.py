@@ -69,6 +69,15 @@ EXEMPT: dict[str, str] = {
     f"{COMMAND} worker --app": "as worker",
     f"{COMMAND} worker --endpoint": "as worker",
     f"{COMMAND} worker --until-idle": "as worker",
+    f"{COMMAND} host": "runs a Functions app folder under the local host, whose queue "
+                       "triggers are QueueTrigger.deliver, which the simulation's Functions "
+                       "hosts drive",
+    f"{COMMAND} host --script-root": "as host",
+    f"{COMMAND} host --until-idle": "as host",
+    f"{COMMAND} host --timer-seconds": "as host",
+    f"{COMMAND} host --lease-seconds": "as host",
+    f"{COMMAND} host --stats-file": "as host",
+    f"{COMMAND} host --log-level": "as host",
     f"{COMMAND} dashboard": "serves the dashboard, whose every API route is listed itself",
     f"{COMMAND} dashboard --app": "as dashboard",
     f"{COMMAND} dashboard --host": "as dashboard",

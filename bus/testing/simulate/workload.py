@@ -13,12 +13,16 @@ Every handler records its effect as a row with a unique key (so applying an effe
 two rows, even if the two commits raced) and bumps a per-partition counter with a
 read-modify-write (so a lost update shows as a counter that disagrees with the effect rows).
 Some Start and Step messages carry a payload too large for a queue message (claim check).
+Contracts evolve as in a rolling deploy: an older release of ``a`` sends Step under its old
+name and shape (``Marched``: an alias, upcast at ``b``), a newer release of ``d`` sends Finish
+with a field ``e`` does not know yet (ignored).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from bus import Command, Context, Endpoint, Event
 from bus.messages import Message
@@ -36,7 +40,24 @@ class Start(Command):
 
 
 class Step(Command):
+    """Renamed from ``Marched`` (an older ``a`` still sends that, with ``number`` for
+    ``root``): received as it was sent, upcast into this contract."""
+
+    aliases: ClassVar[tuple[str, ...]] = ("Marched",)
     root: int
+    pad: str = ""
+
+    @classmethod
+    def upcast(cls, data: dict[str, Any], sent_as: str) -> dict[str, Any]:
+        if sent_as == "Marched":
+            data["root"] = data.pop("number")
+        return data
+
+
+class Marched(Command):
+    """``Step`` as an older release of ``a`` sends it, for odd roots."""
+
+    number: int
     pad: str = ""
 
 
@@ -46,6 +67,15 @@ class Happened(Event):
 
 class Finish(Command):
     root: int
+
+
+class FinishAhead(Command):
+    """``Finish`` as a newer release of ``d`` sends it, for every third root: a field ``e``'s
+    contract does not know yet, which it ignores."""
+
+    message_type: ClassVar[str] = "Finish"
+    root: int
+    rush: bool = True
 
 
 class Tally(Command):
@@ -208,7 +238,7 @@ def build(knobs: Knobs, roll: Callable[[], float], new_id: Callable[[], str],
     @endpoints["a"].handles(Start, partition=partition, reads=reads)
     def on_start(message: Start, ctx: Context) -> None:
         effect(ctx, message, message.root)
-        ctx.send(Step(root=message.root, pad=message.pad))
+        _send_step(ctx, message)
         if roll() < knobs.handler_failure:  # after sending: the send must not happen either
             raise RuntimeError("injected handler failure after its send")
 
@@ -239,7 +269,7 @@ def build(knobs: Knobs, roll: Callable[[], float], new_id: Callable[[], str],
         # tests/protocol/test_scheduling.py: idle workers poll every 0.5 virtual s, too many
         # steps here.)
         delay = roll() * 3.0 if roll() < knobs.scheduled else 0.0
-        ctx.send(Finish(root=message.root), delay=delay, headers={"happened": ctx.message_id})
+        ctx.send(_finish(message.root), delay=delay, headers={"happened": ctx.message_id})
 
     @endpoints["e"].handles(Noted, partition=partition, reads=reads)
     def on_noted(message: Noted, ctx: Context) -> None:
@@ -256,6 +286,17 @@ def build(knobs: Knobs, roll: Callable[[], float], new_id: Callable[[], str],
 
     endpoints.update(_tallying(knobs, policy, roll, new_id))
     return list(endpoints.values())
+
+
+def _send_step(ctx: Context, start: Start) -> None:
+    if start.root % 2:  # from an older release of a, still deployed
+        ctx.send(Marched(number=start.root, pad=start.pad), to="b")
+    else:
+        ctx.send(Step(root=start.root, pad=start.pad))
+
+
+def _finish(root: int) -> Finish | FinishAhead:
+    return FinishAhead(root=root) if root % 3 == 0 else Finish(root=root)  # a newer release of d
 
 
 def _send_tallies(ctx: Context, plan: SessionPlan | None, sender: str, root: int) -> None:

@@ -10,8 +10,8 @@ from azure.functions.meta import Datum
 from azure.functions.queue import QueueMessageInConverter
 from azure.storage.queue import QueueMessage
 
-from devhost import bindings
-from devhost.protos import TypedData
+from bus.hosting.local import bindings
+from bus.hosting.local.protos import TypedData
 
 
 def _message() -> QueueMessage:

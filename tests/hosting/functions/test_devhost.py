@@ -20,9 +20,9 @@ from azure.core.exceptions import ServiceRequestError
 from azure.core.pipeline import PipelineRequest
 from azure.storage.queue import QueueClient, QueueServiceClient
 
+from bus.hosting.local.queues import Counters, QueueListener, QueueOptions
+from bus.hosting.local.worker import Worker
 from devhost.azurite import Azurite
-from devhost.queues import Counters, QueueListener, QueueOptions
-from devhost.worker import Worker
 
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.azurite
@@ -274,7 +274,7 @@ def test_lease_renewal_survives_failed_renewals(azurite_connection: str, prefix:
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(QueueClient, "update_message", flaky_update)
-        patch.setattr("devhost.queues.RENEWAL_RETRY_SECONDS", 0.2)
+        patch.setattr("bus.hosting.local.queues.RENEWAL_RETRY_SECONDS", 0.2)
         calls, counters = _listen(azurite_connection, prefix, seconds=6, mode="sleep:3.5",
                                   lease_seconds=2.0)
     assert counters.renewal_errors == 2 and counters.succeeded == 1, counters

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from azure.identity import DefaultAzureCredential
 
-from devhost.appsettings import resolve
-from devhost.host import hub_name, queue_options
-from devhost.hostio import Connection
+from bus.hosting.local.appsettings import resolve
+from bus.hosting.local.host import hub_name, queue_options
+from bus.hosting.local.hostio import Connection
 
 
 def test_an_identity_based_connection_uses_the_account_and_default_credential() -> None:

@@ -15,11 +15,11 @@ import pytest
 
 from bus.hosting.functions.app import job_for, record_key
 from bus.hosting.functions.trigger import QueueTrigger
+from bus.hosting.local import bindings
+from bus.hosting.local.durable import TASK_COMPLETED, TASK_SCHEDULED, DurableRuntime
+from bus.hosting.local.hostio import Connection
+from bus.hosting.local.worker import AppIndex, Worker
 from bus.protocol.delivery import Outcome
-from devhost import bindings
-from devhost.durable import TASK_COMPLETED, TASK_SCHEDULED, DurableRuntime
-from devhost.hostio import Connection
-from devhost.worker import AppIndex, Worker
 
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.azurite

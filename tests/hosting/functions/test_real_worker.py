@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from devhost.worker import AppIndex, IndexingError, Worker, worker_version
+from bus.hosting.local.worker import AppIndex, IndexingError, Worker, worker_version
 
 ROOT = Path(__file__).resolve().parents[3]
 REFUSED_APP = Path(__file__).resolve().parent / "refused_app"

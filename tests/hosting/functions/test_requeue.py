@@ -21,7 +21,7 @@ import pytest
 
 import bus.envelope as wire
 import bus.hosting.settlement as settlement_module
-from bus import Bus, Command, Context, Endpoint, Settings
+from bus import Bus, Command, Context, Endpoint, RetryPolicy, Settings
 from bus.hosting.functions.trigger import QueueTrigger
 from bus.protocol.delivery import Delivery, Outcome
 from bus.protocol.poison.poisoned import ReplayResult
@@ -110,7 +110,9 @@ def _no_requeue_delay(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def build(storage: Storage, prefix: str, monkeypatch: pytest.MonkeyPatch,
           outage: Outage, *, bundles: bool = True) -> tuple[Bus, Host]:
-    ticks = Endpoint("ticks")
+    # No retry delay: a failed handler's message is released, as the host does (the delayed
+    # retries' copies are tested in test_retry_delays).
+    ticks = Endpoint("ticks", retry=RetryPolicy(delays=(0.0,)))
 
     @ticks.handles(Tick, partition=lambda m: str(m.n))
     def tick(message: Tick, ctx: Context) -> None:

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from bus.errors import ConfigurationError
-from devhost.worker import Worker, _traceparent
+from bus.hosting.local.worker import Worker, _traceparent
 from tests.support.distro import FakeDistro
 
 TELEMETRY_APP = Path(__file__).resolve().parent / "telemetry_app"

@@ -31,15 +31,15 @@ INVOCATION = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 async def one_order(connection: str, prefix: str) -> None:
     from azure.storage.queue import QueueClient
 
-    import devhost.worker
+    import bus.hosting.local.worker
     from bus.hosting.functions.app import trigger_function_name
+    from bus.hosting.local import bindings
+    from bus.hosting.local.durable import DurableApi, DurableRuntime
+    from bus.hosting.local.hostio import Connection
     from bus.testing import drain
-    from devhost import bindings
-    from devhost.durable import DurableApi, DurableRuntime
-    from devhost.hostio import Connection
 
-    devhost.worker._traceparent = lambda: INVOCATION  # what the host would send
-    worker = devhost.worker.Worker(ROOT)
+    bus.hosting.local.worker._traceparent = lambda: INVOCATION  # what the host would send
+    worker = bus.hosting.local.worker.Worker(ROOT)
     index = await worker.start()
     try:
         module = sys.modules["function_app"]

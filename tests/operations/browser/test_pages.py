@@ -123,6 +123,17 @@ def test_waiting_page_shows_sessions_deferred_and_scheduled(page: Page, readonly
     screenshot(page, "waiting")
 
 
+def test_a_stuck_session_links_to_the_entry_that_blocks_it(page: Page, readonly: Server,
+                                                          shop: Shop) -> None:
+    page.goto(readonly.url + "/waiting")
+    page.get_by_test_id(f"session-blocked-tracking-{shop.stuck_session}").click()
+    page.wait_for_url("**/poisoned?endpoint=tracking&entry=*")
+    detail = page.get_by_test_id("poisoned-detail")
+    expect(detail).to_contain_text('"lost"')  # the rejected event the session waits for
+    expect(detail).to_be_in_viewport()
+    no_errors(page)
+
+
 def test_following_a_conversation(page: Page, readonly: Server, shop: Shop,
                                   screenshot: Screenshot) -> None:
     page.goto(readonly.url + "/conversation")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from bus import Bus, Command, Context, Endpoint, RetryPolicy, Settings
+from bus.retry import Reject
 from bus.storage import Storage
 
 FAILING = {"on": True}
@@ -53,6 +54,8 @@ def build(storage: Storage, prefix: str) -> Bus:
 
     @tracking.handles(Track, partition=lambda m: m.parcel, session=lambda m: m.parcel)
     def track(message: Track, ctx: Context) -> None:
+        if message.event == "lost":
+            raise Reject("the parcel was lost")  # poisoned at once: the session waits on it
         ctx.session.state.setdefault("events", []).append(message.event)
         if message.last:
             ctx.session.close()

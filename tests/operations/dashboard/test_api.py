@@ -230,6 +230,24 @@ def test_sessions_are_listed_and_closed(bus: Bus, client: TestClient) -> None:
     assert client.post("/api/sessions/tracking/nope/skip").status_code == 404
 
 
+def test_a_session_held_by_a_poisoned_copy_names_its_entry(bus: Bus, client: TestClient) -> None:
+    for event in ("picked", "lost", "delivered"):
+        bus.send(Track(parcel="p2", event=event))
+    drain(bus, fail_fast=False)
+    [session] = client.get("/api/sessions", params={"endpoint": "tracking"}).json()
+    assert (session["status"], session["waiting"], session["next"]) == ("waiting", 1,
+                                                                        {"client:client": 2})
+    [group] = client.get("/api/poisoned").json()["groups"]
+    assert session["blocked_by"] == group["ids"]
+    [entry_id] = group["ids"]
+    entry = client.get(f"/api/poisoned/tracking/{entry_id}").json()
+    assert '"lost"' in entry["payload_text"] and entry["reason"].startswith("rejected")
+    client.post("/api/sessions/tracking/p2/skip")
+    drain(bus, fail_fast=False)
+    [session] = client.get("/api/sessions", params={"endpoint": "tracking"}).json()
+    assert (session["status"], session["blocked_by"]) == ("open", [])
+
+
 def post_routes(client: TestClient) -> list[str]:
     """Every POST route of the app (from its OpenAPI document, which FastAPI generates from
     the routes), path parameters filled in."""

@@ -113,7 +113,13 @@ function endpointsPage() {
 function poisonedPage() {
   return {
     ...base(), data: null, selected: {}, detail: null, pending: null, dropExpiry: false,
-    async init() { await this.loadSettings(); await this.load(); },
+    async init() {
+      // ?endpoint=E&entry=ID (a stuck session's link): open that entry's detail.
+      const asked = new URLSearchParams(window.location.search);
+      await this.loadSettings();
+      await this.load();
+      if (asked.get("endpoint") && asked.get("entry")) await this.show(asked.get("endpoint"), asked.get("entry"));
+    },
     async load() {
       try {
         this.data = await api("/poisoned");

@@ -1,7 +1,7 @@
 """What the host sends the worker for each trigger and input binding, as ``TypedData``.
 
 The worker turns these into the function's arguments with azure-functions' own converters
-(``QueueMessageInConverter``, ``TimerRequestConverter``, the Durable converters); the devhost
+(``QueueMessageInConverter``, ``TimerRequestConverter``, the Durable converters); the local host
 only has to send what the host sends. ``docs/functions.md`` names the host source each shape
 follows.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 from azure.storage.queue import QueueMessage
 
-from devhost.protos import TypedData
+from bus.hosting.local.protos import TypedData
 
 
 def queue_trigger(message: QueueMessage, body: str) -> tuple[TypedData, dict[str, TypedData]]:

@@ -1,8 +1,8 @@
 """Durable Functions without the host: instances, history and the replay loop.
 
 The orchestrator code runs in the real azure-functions-durable replay engine, invoked through
-Microsoft's worker (``devhost.worker``) like every other function: for every episode we send
-it the whole history (OrchestratorStarted, ExecutionStarted,
+Microsoft's worker (``bus.hosting.local.worker``) like every other function: for every
+episode we send it the whole history (OrchestratorStarted, ExecutionStarted,
 TaskScheduled, TaskCompleted/TaskFailed, TimerCreated/TimerFired ...) exactly as the Durable
 extension does, and read back the actions it wants. Activities run at least once (an instance
 resumed after a crash re-runs those without a recorded result) and retries follow
@@ -10,7 +10,7 @@ resumed after a crash re-runs those without a recorded result) and retries follo
 after the last attempt (the SDK waits for it).
 
 Instances live in blobs (one JSON document each, updated with ETag compare-and-swap) and work
-items on a queue, so a killed devhost resumes where it stopped. The client side is the real
+items on a queue, so a killed local host resumes where it stopped. The client side is the real
 DurableOrchestrationClient, talking HTTP to ``DurableApi`` (the subset of the extension's
 webhook API it uses: start, status).
 """
@@ -22,6 +22,7 @@ import contextlib
 import datetime as dt
 import json
 import logging
+import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -30,13 +31,14 @@ from aiohttp import web
 from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
 from azure.storage.blob import BlobServiceClient
+from azure.storage.queue import QueueMessage
 
-from devhost import bindings
-from devhost.hostio import Connection, host_io
-from devhost.queues import sleep_or_stop
-from devhost.worker import AppIndex, Function, InvocationFailed, Worker
+from bus.hosting.local import bindings
+from bus.hosting.local.hostio import Connection, host_io
+from bus.hosting.local.queues import Activity, sleep_or_stop
+from bus.hosting.local.worker import AppIndex, Function, InvocationFailed, Worker
 
-log = logging.getLogger("devhost.durable")
+log = logging.getLogger("bus.hosting.local.durable")
 
 # HistoryEventType values of the Durable protocol (azure.durable_functions.models.history).
 EXECUTION_STARTED, EXECUTION_COMPLETED, EXECUTION_FAILED = 0, 1, 2
@@ -135,6 +137,7 @@ class DurableRuntime:
                                    f"{base}-devhost-instances")
         self.work = connection.queue_service().get_queue_client(work_queue_name(hub))
         self.workers = workers
+        self.activities = [Activity() for _ in range(workers)]
         self.lease_seconds = lease_seconds
         self.stats = {"started": 0, "completed": 0, "failed": 0, "activities": 0,
                       "activity_failures": 0, "episodes": 0}
@@ -166,36 +169,46 @@ class DurableRuntime:
 
     # -- worker side ------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
-        await asyncio.gather(*(self._worker(stop) for _ in range(self.workers)))
+        await asyncio.gather(*(self._worker(stop, activity) for activity in self.activities))
 
-    async def _worker(self, stop: asyncio.Event) -> None:
+    async def _worker(self, stop: asyncio.Event, activity: Activity) -> None:
         idle = 0.1
         while not stop.is_set():
+            started = time.monotonic()
             try:
                 messages = await host_io(lambda: list(self.work.receive_messages(
                     max_messages=1, visibility_timeout=int(self.lease_seconds))))
+                activity.polled(started, quiet=not messages)
             except Exception as exc:  # storage away: back off and poll again, like a listener
                 log.warning("receiving orchestration work failed (%s); backing off",
                             type(exc).__name__)
+                activity.polled(started, quiet=False)
                 messages = []
             if not messages:
                 await sleep_or_stop(stop, idle)
                 idle = min(idle * 2, 1.0)
                 continue
             idle = 0.1
-            for message in messages:
-                try:
-                    await self.drive(message.content)
-                except LostInstance:
-                    log.info("instance %s was taken over", message.content)
-                except Exception:
-                    log.exception("orchestration %s failed in the devhost; retrying later",
-                                  message.content)
-                    continue  # the work item becomes visible again after its lease
-                try:
-                    await host_io(self.work.delete_message, message)
-                except Exception as exc:  # the item comes back after its lease: harmless
-                    log.info("deleting work item %s failed: %s", message.id, type(exc).__name__)
+            activity.begin()
+            try:
+                await self._work(messages)
+            finally:
+                activity.end()
+
+    async def _work(self, messages: list[QueueMessage]) -> None:
+        for message in messages:
+            try:
+                await self.drive(message.content)
+            except LostInstance:
+                log.info("instance %s was taken over", message.content)
+            except Exception:
+                log.exception("orchestration %s failed in the local host; retrying later",
+                              message.content)
+                continue  # the work item becomes visible again after its lease
+            try:
+                await host_io(self.work.delete_message, message)
+            except Exception as exc:  # the item comes back after its lease: harmless
+                log.info("deleting work item %s failed: %s", message.id, type(exc).__name__)
 
     async def drive(self, instance_id: str) -> None:
         """Run one instance until it completes, fails, or waits for nothing we can give."""
@@ -250,13 +263,13 @@ class DurableRuntime:
                            Result=json.dumps(instance.output))
             self.stats["completed"] += 1
         elif not instance.open:
-            self._fail(instance, "the orchestrator waits for something the devhost does not "
+            self._fail(instance, "the orchestrator waits for something the local host does not "
                                  "provide (only activities, with or without retry, are)")
 
     def _schedule(self, instance: Instance, action: dict[str, Any]) -> None:
         if action["actionType"] not in (CALL_ACTIVITY, CALL_ACTIVITY_WITH_RETRY):
             self._fail(instance, f"action type {action['actionType']} is not supported by "
-                                 "the devhost")
+                                 "the local host")
             return
         event_id = instance.new_id()
         instance.event(TASK_SCHEDULED, event_id, Name=action["functionName"],

@@ -1,13 +1,13 @@
-"""Microsoft's Python worker, driven in process by the devhost as the Functions host drives it.
+"""Microsoft's Python worker, driven in process by the local host as the Functions host drives it.
 
 In Azure (Python 3.13 and later) the host starts a proxy worker that loads
 ``azure_functions_runtime``, the worker library the app pins in ``requirements.txt``, and
-forwards the host's gRPC requests to its handlers. The devhost plays host and proxy: it sends
+forwards the host's gRPC requests to its handlers. The local host plays host and proxy: it sends
 the same requests in the same order (start the worker's thread pool, worker init - which
 indexes the app -, function metadata, one load per function, then invocations) and reads the
 responses. Indexing, parameter validation, binding conversion, invocation and the worker's
 thread pool are the library's code; the requests and response classes are ours
-(``devhost.protos``).
+(``bus.hosting.local.protos``).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from typing import Any
 
 import azure_functions_runtime as runtime
 
-from devhost import protos
+from bus.hosting.local import protos
 
-log = logging.getLogger("devhost.worker")
+log = logging.getLogger("bus.hosting.local.worker")
 
 WORKER_PACKAGE = "azure-functions-runtime"
 HOST_THREAD_COUNT = "1000"

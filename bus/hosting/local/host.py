@@ -1,4 +1,4 @@
-"""The devhost: settings, the worker, and the listeners of one function app."""
+"""The local host: settings, the worker, and the listeners of one function app."""
 
 from __future__ import annotations
 
@@ -7,17 +7,25 @@ import json
 import logging
 import os
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from devhost import bindings
-from devhost.appsettings import load_local_settings, resolve
-from devhost.durable import DurableApi, DurableRuntime
-from devhost.hostio import Connection
-from devhost.queues import QueueListener, QueueOptions, extra_inputs_for
-from devhost.worker import (
+from bus.hosting.local import bindings
+from bus.hosting.local.appsettings import load_local_settings, resolve
+from bus.hosting.local.durable import DurableApi, DurableRuntime
+from bus.hosting.local.hostio import Connection
+from bus.hosting.local.queues import (
+    Activity,
+    QueueListener,
+    QueueOptions,
+    all_idle,
+    extra_inputs_for,
+    sleep_or_stop,
+)
+from bus.hosting.local.worker import (
     AppIndex,
     Function,
     IndexingError,
@@ -26,8 +34,11 @@ from devhost.worker import (
     worker_version,
 )
 
-log = logging.getLogger("devhost")
+log = logging.getLogger("bus.hosting.local")
 
+
+IDLE_LIMIT_SECONDS = 600.0
+"""How long ``until_idle`` waits for the app to go idle before it stops anyway."""
 
 DEFAULT_FUNCTION_TIMEOUT = "00:30:00"
 """The host's ``functionTimeout`` when host.json has none (ScriptJobHostOptionsSetup; Flex
@@ -82,13 +93,18 @@ class Host:
     runtime: DurableRuntime | None = None
     api: DurableApi | None = None
     stop: asyncio.Event = field(default_factory=asyncio.Event)
+    until_idle: bool = False
+    """Stop once nothing is left to do (``IdleWatch``) instead of at SIGTERM or Ctrl-C."""
+    still_busy: bool = False
+    """Set when ``until_idle`` gave up: work never stopped coming."""
+    _timers: Activity = field(default_factory=Activity, init=False)
 
     def __post_init__(self) -> None:
         self.worker = Worker(self.script_root)
 
     @classmethod
     def create(cls, script_root: Path, *, timer_seconds: float | None = None,
-               lease_seconds: float | None = None) -> Host:
+               lease_seconds: float | None = None, until_idle: bool = False) -> Host:
         for key, value in load_local_settings(script_root).items():
             os.environ.setdefault(key, value)
         os.environ.setdefault("AzureWebJobsScriptRoot", str(script_root))
@@ -96,13 +112,13 @@ class Host:
         options = queue_options(host_json)
         if lease_seconds is not None:
             options = replace(options, lease_seconds=lease_seconds)
-        return cls(script_root, options, host_json, timer_seconds)
+        return cls(script_root, options, host_json, timer_seconds, until_idle=until_idle)
 
     async def run(self) -> None:
         try:
             self.index = await self.worker.start()
         except IndexingError as exc:
-            raise SystemExit(f"devhost: no function loaded - {exc}") from exc
+            raise SystemExit(f"local host: no function loaded - {exc}") from exc
         connections = {name: Connection.from_settings(name, os.environ)
                        for name in _connection_names(self.index)}
         try:
@@ -134,7 +150,9 @@ class Host:
             self.listeners.append(listener)
             tasks.append(listener.run(self.stop))
         tasks.extend(self._timer(function) for function in self.index.of_type("timerTrigger"))
-        log.info("devhost: %s loaded %d functions (%d queue triggers, %d orchestrators, "
+        if self.until_idle:
+            tasks.append(self._stop_when_idle())
+        log.info("local host: %s loaded %d functions (%d queue triggers, %d orchestrators, "
                  "%d activities, %d timers); %d threads for sync functions",
                  worker_version(), len(self.index.functions), len(self.listeners),
                  len(self.index.of_type("orchestrationTrigger")),
@@ -159,11 +177,40 @@ class Host:
                 return
             except asyncio.TimeoutError:
                 pass
-            try:
-                await self.worker.invoke(function, {str(function.trigger["name"]):
-                                                    bindings.timer_trigger(past_due=False)})
-            except InvocationFailed as exc:
-                log.error("timer function %s failed: %s", function.name, exc)
+            await self._tick(function)
+
+    async def _tick(self, function: Function) -> None:
+        self._timers.begin()
+        try:
+            await self.worker.invoke(function, {str(function.trigger["name"]):
+                                                bindings.timer_trigger(past_due=False)})
+        except InvocationFailed as exc:
+            log.error("timer function %s failed: %s", function.name, exc)
+        finally:
+            self._timers.end()
+
+    async def _stop_when_idle(self) -> None:
+        """``until_idle``: wait until every queue trigger and orchestration worker is idle
+        (``queues.all_idle``), run each timer function once (the bus's maintenance: what it
+        sends is handled too), wait until idle again, and stop. Messages that are not due
+        yet (a retry delay, a scheduled send) are not waited for. Gives up after
+        ``IDLE_LIMIT_SECONDS`` of work that keeps coming."""
+        activities = [listener.activity for listener in self.listeners]
+        activities += self.runtime.activities if self.runtime else []
+        deadline = time.monotonic() + IDLE_LIMIT_SECONDS
+        for ticks in (True, False):
+            while self._timers.busy or not all_idle(activities, self._timers.done_at):
+                if time.monotonic() > deadline:
+                    self.still_busy = True
+                    self.stop.set()
+                    return
+                await sleep_or_stop(self.stop, 0.2)
+                if self.stop.is_set():
+                    return
+            if ticks:
+                for function in self.index.of_type("timerTrigger"):
+                    await self._tick(function)
+        self.stop.set()
 
 
 def _connection_names(index: AppIndex) -> set[str]:

@@ -21,8 +21,9 @@ From Microsoft.Azure.WebJobs.Extensions.Storage.Queues (``QueueListener``,
 * an invocation running longer than ``functionTimeout`` fails (the worker's thread cannot be
   stopped; the host stops waiting for it and settles the message as failed).
 
-The function itself runs in the worker library (``devhost.worker``): the listener sends the
-message as the host does (``devhost.bindings``) and reads the invocation's status.
+The function itself runs in the worker library (``bus.hosting.local.worker``): the listener
+sends the message as the host does (``bus.hosting.local.bindings``) and reads the
+invocation's status.
 """
 
 from __future__ import annotations
@@ -32,18 +33,19 @@ import base64
 import binascii
 import contextlib
 import logging
+import time
 from dataclasses import dataclass
 
 from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
 from azure.storage.queue import QueueClient, QueueMessage, QueueServiceClient
 
-from devhost import bindings
-from devhost.appsettings import resolve
-from devhost.hostio import host_io
-from devhost.protos import TypedData
-from devhost.worker import Function, InvocationFailed, Worker
+from bus.hosting.local import bindings
+from bus.hosting.local.appsettings import resolve
+from bus.hosting.local.hostio import host_io
+from bus.hosting.local.protos import TypedData
+from bus.hosting.local.worker import Function, InvocationFailed, Worker
 
-log = logging.getLogger("devhost.queues")
+log = logging.getLogger("bus.hosting.local.queues")
 
 RENEWAL_RETRY_SECONDS = 5.0
 """Pause before retrying a lease renewal that failed (the lease still has half its time)."""
@@ -83,6 +85,38 @@ class Counters:
     renewal_errors: int = 0
 
 
+@dataclass
+class Activity:
+    """One poller's recent work, for ``Host``'s ``until_idle``: when its last receive that
+    found nothing started, how much it is running, and when that work last finished."""
+
+    busy: int = 0
+    quiet_since: float | None = None
+    done_at: float = 0.0
+
+    def polled(self, started: float, quiet: bool) -> None:
+        """A receive that started at ``started`` answered; ``quiet``: with nothing (a receive
+        that failed is not quiet: storage that is away may hold work)."""
+        self.quiet_since = started if quiet else None
+
+    def begin(self) -> None:
+        self.busy += 1
+
+    def end(self) -> None:
+        self.busy -= 1
+        self.done_at = time.monotonic()
+
+
+def all_idle(activities: list[Activity], done_at: float = 0.0) -> bool:
+    """Nothing running, and every poller found nothing in a receive it started after the
+    last work anywhere finished (work that sent messages to another poller's queue):
+    theirs, or other work that ended at ``done_at``."""
+    done = max((a.done_at for a in activities), default=done_at)
+    done = max(done, done_at)
+    return all(a.busy == 0 and a.quiet_since is not None and a.quiet_since > done
+               for a in activities)
+
+
 class QueueListener:
     """Feeds one queue-triggered function."""
 
@@ -96,6 +130,7 @@ class QueueListener:
         self.options = options
         self.extra_inputs = extra_inputs
         self.counters = Counters()
+        self.activity = Activity()
         self._in_flight: set[asyncio.Task[None]] = set()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -104,7 +139,9 @@ class QueueListener:
             if len(self._in_flight) > self.options.threshold:
                 await asyncio.wait(self._in_flight, return_when=asyncio.FIRST_COMPLETED)
                 continue
+            started = time.monotonic()
             messages = await self._receive()
+            self.activity.polled(started, quiet=messages == [])
             if not messages:
                 await sleep_or_stop(stop, interval)
                 interval = min(interval * 2, self.options.max_polling_interval)
@@ -113,19 +150,25 @@ class QueueListener:
             for message in messages:
                 task = asyncio.create_task(self._guarded(message))
                 self._in_flight.add(task)
-                task.add_done_callback(self._in_flight.discard)
+                self.activity.begin()
+                task.add_done_callback(self._finished)
         if self._in_flight:
             await asyncio.wait(self._in_flight)
 
-    async def _receive(self) -> list[QueueMessage]:
-        """One batch; a failed receive is logged and counts as an empty poll (back-off)."""
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._in_flight.discard(task)
+        self.activity.end()
+
+    async def _receive(self) -> list[QueueMessage] | None:
+        """One batch; a failed receive is logged and answers None (the caller backs off as
+        after an empty poll)."""
         try:
             return await host_io(self._receive_batch)
         except Exception as exc:  # storage away, throttled, connection reset: keep polling
             self.counters.receive_errors += 1
             log.warning("receiving from %s failed (%s); backing off and polling again",
                         self.queue_name, _short(exc))
-            return []
+            return None
 
     def _receive_batch(self) -> list[QueueMessage]:
         """One request for up to ``batchSize`` messages, as the host's listener makes

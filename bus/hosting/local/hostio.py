@@ -1,4 +1,4 @@
-"""The devhost's own blocking storage calls, on a thread pool of their own.
+"""The local host's own blocking storage calls, on a thread pool of their own.
 
 In Azure the host (.NET) and the worker (Python) are separate processes: the host's queue
 polling and Durable bookkeeping never take a thread from the Python process. Here they share
@@ -65,7 +65,7 @@ class Connection:
             f"https://{account}.blob.core.windows.net" if account else None)
         if not (queue_uri and blob_uri):
             raise SystemExit(
-                f"devhost: app setting {name!r} is missing: put a connection string in "
+                f"local host: app setting {name!r} is missing: put a connection string in "
                 f"local.settings.json (Values) or the environment, or set "
                 f"'{name}__accountName' to connect with your Azure identity")
         return cls(name, queue_uri=queue_uri, blob_uri=blob_uri,

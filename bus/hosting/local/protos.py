@@ -1,5 +1,5 @@
 """The host's side of the Functions worker protocol: the messages the Python worker reads and
-builds, written for the devhost.
+builds, written for the local host.
 
 The Functions host and its worker exchange protobuf messages defined in
 azure-functions-language-worker-protobuf (``FunctionRpc.proto``). Microsoft's Python worker
@@ -7,7 +7,7 @@ azure-functions-language-worker-protobuf (``FunctionRpc.proto``). Microsoft's Py
 ``protos`` namespace and uses them as plain objects: it reads fields, builds responses with
 keyword arguments, compares enum values and calls ``WhichOneof`` on the two ``oneof`` fields
 it reads. This module provides exactly that, for the messages and fields the worker uses and
-with the proto's field names and enum numbers, so the devhost can hand the worker its requests
+with the proto's field names and enum numbers, so the local host can hand the worker its requests
 in process instead of over gRPC. Like generated classes, constructors refuse fields the proto
 does not declare, and unset fields read as the proto's defaults.
 """
@@ -87,7 +87,7 @@ class TypedData:
 
 @dataclass(kw_only=True)
 class ParameterBinding:
-    """``oneof rpc_data``: the devhost only sends ``data`` (no shared memory)."""
+    """``oneof rpc_data``: the local host only sends ``data`` (no shared memory)."""
 
     name: str = ""
     data: TypedData | None = None

@@ -17,7 +17,7 @@ def load_local_settings(script_root: Path) -> dict[str, str]:
     try:
         return dict(LocalSettings.of(script_root).values)
     except ConfigurationError as exc:
-        raise SystemExit(f"devhost: {exc}") from exc
+        raise SystemExit(f"local host: {exc}") from exc
 
 
 def resolve(value: str, environ: Mapping[str, str] | None = None) -> str:
@@ -28,7 +28,7 @@ def resolve(value: str, environ: Mapping[str, str] | None = None) -> str:
     def lookup(match: re.Match[str]) -> str:
         name = match.group(1)
         if name not in settings:
-            raise SystemExit(f"devhost: the app refers to app setting %{name}% which is not "
+            raise SystemExit(f"local host: the app refers to app setting %{name}% which is not "
                              "set; add it to local.settings.json (Values) or the environment")
         return settings[name]
 
