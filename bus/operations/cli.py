@@ -25,10 +25,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from pydantic import ValidationError
 
 from bus.bus import Bus
-from bus.errors import ConfigurationError, NamingError
+from bus.errors import ConfigurationError, NamingError, NotProvisioned, RoutingError
 from bus.hosting.worker import Worker
+from bus.messages import Command, Event, Message
 from bus.operations import contracts_file, local_run, scaffold
 from bus.operations.apps import DEFAULT_APP, AppError, load_bus
 from bus.operations.audit import audit
@@ -247,6 +249,62 @@ def provision_command(app: str) -> None:
     click.echo(f"provisioned {len(bus.topology.endpoints)} endpoint(s) of {app} "
                f"({', '.join(sorted(bus.topology.endpoints))}), prefix "
                f"{bus.names.prefix or '(none)'}")
+
+
+@main.command("send")
+@click.argument("message_type")
+@click.argument("payload", default="{}")
+@app_option
+@click.option("--to", default=None, metavar="ENDPOINT",
+              help="A command's destination, when the app does not route it (an endpoint of "
+                   "another app).")
+@click.option("--delay", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Seconds until it is due (scheduled delivery).")
+@click.option("--correlation-id", default=None, help="Its conversation (default: its own id).")
+def send_command(*, message_type: str, payload: str, app: str, to: str | None, delay: float,
+                 correlation_id: str | None) -> None:
+    """Send the command, or publish the event, MESSAGE_TYPE of the app's contracts, with its
+    fields from PAYLOAD (a JSON object, default {}): a test message from the command line."""
+    bus = _connected(app)
+    contract = _contract(app, bus, message_type)
+    try:
+        message = contract.model_validate_json(payload)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(root)'}: {e['msg']}"
+                             for e in exc.errors())
+        raise UsageProblem(f"PAYLOAD is not a {message_type}: {problems}") from exc
+    try:
+        if isinstance(message, Command):
+            message_id = bus.send(message, to=to, delay=delay, correlation_id=correlation_id)
+            where = f"to {to or bus.topology.routes.get(message.message_type, '?')}"
+        elif not isinstance(message, Event):
+            raise UsageProblem(f"{message_type} is neither a command nor an event")
+        elif to is not None:
+            raise UsageProblem(f"{message_type} is an event: it goes to its topic's "
+                               "subscribers, not --to an endpoint")
+        else:
+            message_id = bus.publish(message, delay=delay, correlation_id=correlation_id)
+            where = "to its subscribers"
+    except (ConfigurationError, RoutingError, NotProvisioned) as exc:
+        raise UsageProblem(f"{exc} (python -m bus provision)"
+                           if isinstance(exc, NotProvisioned) else str(exc)) from exc
+    except StorageError as exc:
+        raise _unreachable(exc) from exc
+    verb = "sent" if isinstance(message, Command) else "published"
+    click.echo(f"{verb} {message_type} {message_id} {where}")
+
+
+def _contract(app: str, bus: Bus, message_type: str) -> type[Message]:
+    """The app's contract named ``message_type`` (or an alias of it)."""
+    try:
+        classes = contracts_file.contract_classes(bus, sys.modules.get(app.partition(":")[0]))
+    except ConfigurationError as exc:
+        raise UsageProblem(str(exc)) from exc
+    for cls in classes:
+        if message_type == cls.message_type or message_type in cls.aliases:
+            return cls
+    raise UsageProblem(f"{app} has no contract {message_type!r}: it has "
+                       f"{', '.join(cls.message_type for cls in classes) or 'none'}")
 
 
 @main.command("worker")

@@ -236,6 +236,33 @@ def test_provision_and_worker_in_process_on_the_memory_backend(
     assert again.output == "greeter: nothing to do\n"
 
 
+def test_send_sends_a_command_and_publishes_an_event_from_the_command_line(
+        tmp_path: Path, clean_modules: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "shop"
+    CliRunner().invoke(main, ["init", str(folder)])
+    monkeypatch.chdir(folder)
+    monkeypatch.setenv("AzureWebJobsStorage", "memory:send-test")
+    CliRunner().invoke(main, ["provision"])
+    sent = CliRunner().invoke(main, ["send", "Greet", '{"name": "ada"}'])
+    assert sent.exit_code == 0, sent.output
+    assert re.fullmatch(r"sent Greet [0-9a-f]{32} to greeter\n", sent.output)
+    published = CliRunner().invoke(main, ["send", "Greeted", '{"name": "ada", "times": 1}',
+                                          "--delay", "5"])
+    assert re.fullmatch(r"published Greeted \w+ to its subscribers\n", published.output)
+    assert CliRunner().invoke(main, ["worker", "--until-idle"]).output == (
+        "greeter: 1 processed\n")
+    from bus.operations.apps import load_bus
+
+    assert load_bus().read_state("greeter", "ada", "greetings") == {"times": 1}
+    for args, says in ((["Greet", "{}"], "PAYLOAD is not a Greet: name: Field required"),
+                       (["Greet", "[1"], "PAYLOAD is not a Greet: (root): Invalid JSON"),
+                       (["Wave"], "function_app has no contract 'Wave': it has Greet, Greeted"),
+                       (["Greeted", '{"name": "a", "times": 1}', "--to", "greeter"],
+                        "Greeted is an event: it goes to its topic's subscribers")):
+        refused = CliRunner().invoke(main, ["send", *args])
+        assert refused.exit_code == 2 and says in refused.output, (args, refused.output)
+
+
 def test_provision_without_a_connection_says_what_to_set(
         tmp_path: Path, clean_modules: None, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = tmp_path / "shop"

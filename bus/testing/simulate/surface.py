@@ -69,6 +69,13 @@ EXEMPT: dict[str, str] = {
     f"{COMMAND} worker --app": "as worker",
     f"{COMMAND} worker --endpoint": "as worker",
     f"{COMMAND} worker --until-idle": "as worker",
+    f"{COMMAND} send": "calls Bus.send or Bus.publish once, which every run drives (delays, "
+                       "correlation ids and destinations too)",
+    f"{COMMAND} send PAYLOAD": "as send",
+    f"{COMMAND} send --app": "as send",
+    f"{COMMAND} send --to": "as send",
+    f"{COMMAND} send --delay": "as send",
+    f"{COMMAND} send --correlation-id": "as send",
     f"{COMMAND} host": "runs a Functions app folder under the local host, whose queue "
                        "triggers are QueueTrigger.deliver, which the simulation's Functions "
                        "hosts drive",
