@@ -26,20 +26,6 @@ hand what they leased to a ``Settlement``, which (the host's part around the rec
    a storage error                               released after the host's retry delay
    ============================================  =========================================
 
-   and, for a host whose release cannot take a delay of the bus's (the Functions host, which
-   makes every released message visible after host.json's ``visibilityTimeout``):
-
-   ============================================  =========================================
-   the handler failed, deliveries left, a        a copy carrying its delivery count put
-   retry delay above 0                           back on the queue with that delay, the
-                                                 message acknowledged
-   ============================================  =========================================
-
-   so a route's retry delays (``RetryPolicy.delays``, ``RetryAfter``) are kept under every
-   host. A copy costs one send more than a release; its count only grows, so copies end at
-   the max delivery count like the message would (a copy whose original also comes back - a
-   delete that failed - is a duplicate the claim turns away).
-
    and, for a host that moves a message failing on its last delivery to a poison queue of its
    own (the Functions host, whose entry would have no reason and leave the token live):
 
@@ -101,13 +87,6 @@ class Host(Protocol[L_contra]):
         polling worker does not."""
         ...
 
-    @property
-    def release_delays(self) -> bool:
-        """Whether ``release`` honours its ``delay`` (the polling worker's does: it is the
-        queue's visibility timeout). When it does not (the Functions host), a handler failure's
-        retry delay is kept by putting a copy back (*settle*)."""
-        ...
-
     def delete(self, message: L_contra) -> None:
         """Every part of ``message`` is settled: it may go."""
         ...
@@ -120,8 +99,7 @@ class Host(Protocol[L_contra]):
 
 @dataclass(frozen=True)
 class Settled(Generic[M]):
-    """What became of one signal: its delivery, or the failure it was released for (a
-    handler failure put back as a copy has both: ``REQUEUED``, and the failure)."""
+    """What became of one signal: its delivery, or the failure it was released for."""
 
     part: Part[M]
     delivery: Delivery | None
@@ -191,8 +169,6 @@ class Settlement(Generic[M]):
         if isinstance(result, Delivery):
             return Settled(part, result)
         if isinstance(result, HandlerFailed):
-            if result.delay > 0 and not self._host.release_delays:
-                return self._retry_later(part, signal, result)
             log.info("handler failed (delivery %d), will retry in %g s: %s",
                      signal.dequeue_count, result.delay, result)
             self._release(part, result.delay, result)
@@ -255,29 +231,6 @@ class Settlement(Generic[M]):
                     REQUEUE_DELAY_SECONDS)
         signal.ack()
         return Settled(part, Delivery(Outcome.REQUEUED))
-
-    def _retry_later(self, part: Part[M], signal: Incoming,
-                     cause: HandlerFailed) -> Settled[M]:
-        """A copy carrying the delivery count, due after the retry delay, in place of a release
-        the host would make visible after its own delay (*settle*). A signal that cannot carry
-        a count, or a send that fails, is released as it came."""
-        queues = self.bus.storage.queues
-        copy = body_with_deliveries(signal.body, signal.dequeue_count, queues.limits.signal_bytes)
-        if copy is None:
-            self._release(part, cause.delay, cause)
-            return Settled(part, None, cause)
-        delay = min(cause.delay, queues.limits.longest_delay)
-        try:
-            queues.send(self.queue, copy, delay=delay)
-        except StorageError as exc:
-            log.warning("%s: could not put a failed signal back for its retry delay, releasing "
-                        "it: %s", self.queue, exc)
-            self._release(part, None, exc)
-            return Settled(part, None, exc)
-        log.info("handler failed (delivery %d), will retry in %g s: %s",
-                 signal.dequeue_count, delay, cause)
-        signal.ack()
-        return Settled(part, Delivery(Outcome.REQUEUED), cause)
 
     def _ack(self, part: Part[M]) -> None:
         """The part's outcome is durable; the message goes once all its parts are."""

@@ -67,8 +67,6 @@ class Worker:
 
     poisons_at_max = False
     """The worker moves nothing to a poison queue on its own (``Host.poisons_at_max``)."""
-    release_delays = True
-    """A release is the queue's visibility timeout: it takes the route's retry delay."""
 
     def run(self, stop: threading.Event, *, idle_min: float = 0.1,
             idle_max: float = 2.0) -> None:

@@ -22,6 +22,7 @@ class Outcome(str, enum.Enum):
     POISONED = "poisoned"
     ALREADY_POISONED = "already_poisoned"  # its message waits in the poison queue: dropped
     REQUEUED = "requeued"  # hosting only: put back on the queue as a copy (with its count)
+    POSTPONED = "postponed"  # hosting only: the handler failed; visible again after its delay
     SCHEDULED = "scheduled"  # arrived before its time: put back with the remaining delay
     DEFERRED = "deferred"  # the handler set it aside (Context.defer)
     EXPIRED = "expired"  # its time-to-live ended before it was handled: poisoned, acknowledged

@@ -33,6 +33,7 @@ from bus.observability.depth import QueueDepths
 from bus.protocol.delivery import Delivery, Handoff
 from bus.protocol.records import RecordKey
 from bus.settings import Settings
+from bus.storage import QueueMessage
 from bus.topology import Readers
 
 log = logging.getLogger(__name__)
@@ -152,17 +153,17 @@ class BusFunctions(df.Blueprint):  # type: ignore[misc]
                                inline_dispatch_max=self.config.inline_dispatch_max)
         executor = self.delivery_executor
 
-        def deliver(loop: asyncio.AbstractEventLoop, body: bytes, dequeue_count: int,
+        def deliver(loop: asyncio.AbstractEventLoop, msg: func.QueueMessage,
                     trace: Mapping[str, str] | None) -> Delivery:
             with handed_off_from(loop):  # async handlers run on the worker's event loop
-                return trigger.deliver(body, dequeue_count, trace)
+                return trigger.deliver(msg.get_body(), msg.dequeue_count or 1, trace,
+                                       lease=lease_of(msg))
 
         async def run(msg: func.QueueMessage, client: df.DurableOrchestrationClient,
                       context: func.Context) -> None:
             loop = asyncio.get_running_loop()
             delivery = await loop.run_in_executor(
-                executor, deliver, loop, msg.get_body(), msg.dequeue_count or 1,
-                invocation_trace(context))
+                executor, deliver, loop, msg, invocation_trace(context))
             for handoff in delivery.handoffs:  # a bundle's signals may leave several
                 await start_dispatch(client, handoff)
 
@@ -218,6 +219,15 @@ class BusFunctions(df.Blueprint):  # type: ignore[misc]
             log.info("bus maintenance: %s", maintenance_pass(bus, stalled))
 
         self.timer_trigger(schedule=MAINTENANCE_SCHEDULE, arg_name="timer")(bus_maintenance)
+
+
+def lease_of(msg: func.QueueMessage) -> QueueMessage | None:
+    """The host's lease on a triggering message (its id and pop receipt, from the trigger's
+    metadata), with which the trigger postpones a failed handler's retry; None when the host
+    gave neither."""
+    if not (msg.id and msg.pop_receipt):
+        return None
+    return QueueMessage(msg.id, msg.pop_receipt, "", msg.dequeue_count or 1)
 
 
 async def start_dispatch(client: df.DurableOrchestrationClient, handoff: Handoff) -> None:

@@ -31,10 +31,20 @@ only a second failed delete in a row brings the original back over the limit, an
 entry is then stale (token gone) or a second one of a poisoned message - harmless to replay.
 
 Handler failures are counted the same way (the receiver gets the delivery count, not the
-dequeue count), so a copy's handler is retried only for the deliveries left. A handler that
-failed with a retry delay (the route's ``RetryPolicy.delays``, or ``RetryAfter``) is put back
-the same way, as a copy carrying its count and due after that delay (the host's release knows
-only host.json's ``visibilityTimeout``): the delays are the same under every host.
+dequeue count), so a copy's handler is retried only for the deliveries left.
+
+**Postponed.** The host releases a message whose function raised after host.json's
+``visibilityTimeout``, one value for the whole app; a handler's retry delay (the route's
+``RetryPolicy.delays``, or ``RetryAfter``) is the bus's. So the function keeps it itself: with
+the message's id and pop receipt (the trigger's metadata) it makes the message visible again
+after the delay (Update Message, as the host's own release does) and returns. The host's
+delete then finds the pop receipt changed and lets it be - its QueueProcessor ignores a
+``PopReceiptMismatch`` on delete and release, logging that "the function has modified the
+message and may be expected". The message comes back after the delay with its dequeue count
+one higher, so the deliveries count as with any release, and nothing is copied: a copy whose
+send failed would leave two lineages of the message on a flaky network. When the function
+cannot (no pop receipt, a storage error, a lease the host renewed since the invocation began,
+a delay of 0) it raises, and the host releases the message as usual.
 
 The circuit breaker (``Bus.pause``, or storage throttling) is honoured too. A pause that ends
 within ``PAUSE_WAITED_OUT_SECONDS`` is waited out inside the invocation (the host renews the
@@ -51,6 +61,7 @@ multiply on a flaky network, each one delivered, paused and copied again.
 from __future__ import annotations
 
 import base64
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -64,6 +75,9 @@ from bus.hosting.breaker import CircuitBreaker
 from bus.hosting.functions.rounds import SharedRounds
 from bus.hosting.settlement import Settlement, body_with_deliveries
 from bus.protocol.delivery import Delivery, Outcome
+from bus.storage import QueueMessage, Queues, StorageError
+
+log = logging.getLogger(__name__)
 
 PAUSE_WAITED_OUT_SECONDS = 30.0
 """The longest pause an invocation waits out before processing its message; during a longer
@@ -81,24 +95,49 @@ class _Invocation:
     dequeue_count: int
     trace: Mapping[str, str] | None = None
     """The invocation's trace context: its signals' process spans continue it."""
+    lease: QueueMessage | None = None
+    """The host's lease on the message (its id and pop receipt), when the host said."""
     failure: Exception | None = None
+    postponed: bool = False
+    """The function made the message visible again after a handler's retry delay."""
 
 
 class _FunctionsHost:
     """The Functions host's queue operations, seen from inside the function: it deletes the
-    message when the function returns, releases it when the function raises, and poisons it
-    on its own when the function raises on delivery ``maxDequeueCount``."""
+    message when the function returns, releases it when the function raises (visible again
+    after host.json's ``visibilityTimeout``), and poisons it on its own when the function
+    raises on delivery ``maxDequeueCount``. A retry delay the host cannot give, the function
+    gives itself (module doc: *postponed*)."""
 
     poisons_at_max = True
-    release_delays = False  # a released message is visible after host.json's visibilityTimeout
+
+    def __init__(self, queues: Queues, queue: str) -> None:
+        self._queues = queues
+        self._queue = queue
 
     @staticmethod
     def delete(message: _Invocation) -> None:
         return None  # the host deletes it once the function returns
 
-    @staticmethod
-    def release(message: _Invocation, delay: float | None, cause: Exception) -> None:
-        message.failure = cause  # raised once every part is settled: the host releases it
+    def release(self, message: _Invocation, delay: float | None, cause: Exception) -> None:
+        if not (delay and self._postponed(message, delay)):
+            message.failure = cause  # raised once every part is settled: the host releases it
+
+    def _postponed(self, message: _Invocation, delay: float) -> bool:
+        """Make the message visible again ``delay`` seconds from now, on the host's lease;
+        False when it cannot (no lease known, a storage error, the lease renewed by the host
+        since the invocation began): the host then releases it."""
+        if message.lease is None:
+            return False
+        try:
+            self._queues.extend(self._queue, message.lease,
+                                lease=min(delay, self._queues.limits.longest_delay))
+        except StorageError as exc:
+            log.info("%s: could not postpone a failed message by %g s (%s); the host "
+                     "releases it", self._queue, delay, exc)
+            return False
+        message.postponed = True
+        return True
 
 
 class QueueTrigger:
@@ -121,24 +160,30 @@ class QueueTrigger:
         self.max_dequeue_count = max_dequeue_count
         self.breaker = CircuitBreaker(bus, endpoint, clock=bus.parts.clock)
         self.settlement: Settlement[_Invocation] = Settlement(
-            bus, endpoint, _FunctionsHost(), max_delivery_count=max_dequeue_count,
+            bus, endpoint, _FunctionsHost(bus.storage.queues, self.queue),
+            max_delivery_count=max_dequeue_count,
             inline_max=inline_dispatch_max, in_process_tries=in_process_tries, sleep=sleep,
             wait=wait, trace_of=lambda invocation: invocation.trace)
         self.rounds = SharedRounds(self.settlement, gate)
 
     def deliver(self, raw: bytes, dequeue_count: int,
-                trace_context: Mapping[str, str] | None = None) -> Delivery:
+                trace_context: Mapping[str, str] | None = None, *,
+                lease: QueueMessage | None = None) -> Delivery:
         """Process one message body (already base64-decoded by the host), in a claim round
         shared with the invocations of this endpoint running at the same time (``rounds``).
 
         ``trace_context``: the invocation's W3C ``traceparent`` (and ``tracestate``), the
         parent of the process spans (``Settings.process_span_parent``). The worker runs a
-        function in a thread that does not carry it, so it is passed explicitly.
+        function in a thread that does not carry it, so it is passed explicitly. ``lease``:
+        the message's id and pop receipt from the trigger's metadata (its body unused), with
+        which a handler's retry delay is kept (*postponed*); without it the host's
+        ``visibilityTimeout`` applies.
 
-        Returns normally when the message may be deleted; raises to have it redelivered.
+        Returns normally when the message may be deleted - or was postponed, and the host's
+        delete finds it gone; raises to have it redelivered.
         """
         with self.bus.parts.telemetry.continued(trace_context):
-            return self._deliver(raw, dequeue_count, trace_context)
+            return self._deliver(raw, dequeue_count, trace_context, lease)
 
     def _paused_copy(self, raw: bytes, body: str, dequeue_count: int) -> str:
         """The signal to put back while the endpoint is paused, carrying the deliveries that
@@ -163,7 +208,8 @@ class QueueTrigger:
         return paused
 
     def _deliver(self, raw: bytes, dequeue_count: int,
-                 trace_context: Mapping[str, str] | None) -> Delivery:
+                 trace_context: Mapping[str, str] | None,
+                 lease: QueueMessage | None) -> Delivery:
         body = base64.b64encode(raw).decode("ascii")
         paused = self._paused_for()
         if paused > 0:
@@ -171,11 +217,12 @@ class QueueTrigger:
             queues.send(self.queue, self._paused_copy(raw, body, dequeue_count),
                         delay=min(paused, queues.limits.longest_delay))
             return Delivery(Outcome.REQUEUED)
-        invocation = _Invocation(body, dequeue_count, trace_context)
+        invocation = _Invocation(body, dequeue_count, trace_context, lease)
         settled = self.rounds.settle(invocation)
         if invocation.failure is not None:
             raise invocation.failure
-        deliveries = tuple(s.delivery for s in settled if s.delivery is not None)
+        # Every part has a delivery, but those that come back with a postponed message.
+        deliveries = tuple(s.delivery or Delivery(Outcome.POSTPONED) for s in settled)
         if len(settled) == 1:
             return deliveries[0]
         return Delivery(Outcome.PROCESSED, parts=deliveries)

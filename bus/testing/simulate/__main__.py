@@ -17,6 +17,7 @@ from bus.testing.simulate.run import run_once
 
 _SHOWN_FAILURES = 5
 EXERCISED = ("functions_deliveries", "invocations_in_shared_rounds", "functions_requeued",
+             "functions_postponed",
              "host_poisoned",
              "orchestrations_started", "orchestrations_repeated", "orchestrations_never_run",
              "poisoned_replayed", "alerted_replays", "presumed_orphans", "skewed_processes",
@@ -28,7 +29,8 @@ EXERCISED = ("functions_deliveries", "invocations_in_shared_rounds", "functions_
              "briefs", "briefs_near_inline", "fan_outs_committed", "fan_outs_too_large",
              "maintenance_outages", "sessions_closed_at_set_aside", "audited_actions")
 """How often each entry point beside the polling worker ran (bus.testing.simulate.functions, with
-the invocations that shared a claim round with concurrent ones, and .spark: write jobs with
+the invocations that shared a claim round with concurrent ones and the messages a failed
+handler's retry delay postponed, and .spark: write jobs with
 their task attempts, the rows they published, a streaming query's micro-batches and the ones it
 ran again after a restart, batch reads with those that failed and those refused - their run key
 committed, or given up by a later read), the operator's replays (the entries it replayed, and

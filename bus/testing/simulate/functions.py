@@ -79,7 +79,7 @@ class FunctionsHost:
             return
         self.counts["functions_deliveries"] += 1
         try:
-            delivery = self.trigger.deliver(raw, message.dequeue_count)
+            delivery = self.trigger.deliver(raw, message.dequeue_count, lease=message)
         except Exception:  # the function failed: released, or poisoned on the last delivery
             if message.dequeue_count >= self.max:
                 self._poison(message)
@@ -91,11 +91,14 @@ class FunctionsHost:
         self._shared = rounds.shared
         parts = delivery.parts or (delivery,)
         self.counts["functions_requeued"] += sum(part.outcome is Outcome.REQUEUED for part in parts)
+        self.counts["functions_postponed"] += delivery.outcome is Outcome.POSTPONED or any(
+            part.outcome is Outcome.POSTPONED for part in parts)
         self.counts["early_copies_put_back"] += sum(
             part.outcome is Outcome.SCHEDULED for part in parts)
         for handoff in delivery.handoffs:
             self.counts["orchestrations_started"] += 1
             self.handoffs.append(handoff)
+        # A postponed message's pop receipt changed: the host's delete fails, and it lets it be.
         self.bus.storage.queues.delete(self.queue, message)
 
     def _poison(self, message: QueueMessage) -> None:

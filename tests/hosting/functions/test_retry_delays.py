@@ -1,10 +1,12 @@
 """Delayed retries under the Functions trigger: the host makes a released message visible after
-host.json's ``visibilityTimeout`` whatever the route asked, so a handler failure with a retry
-delay is put back as a copy carrying its delivery count, due after that delay, and the original
-acknowledged. The delays are then the ones the polling worker keeps (tests/protocol/test_retries).
+host.json's ``visibilityTimeout`` whatever the route asked, so the function postpones a message
+whose handler failed with a retry delay itself - visible again after that delay, on the host's
+lease - and returns. The delays are then the ones the polling worker keeps
+(tests/protocol/test_retries), and nothing is copied.
 
-``Host`` plays the Functions host's queue rules (``devhost.queues``, from the host's
-QueueProcessor): a return deletes the message; an exception releases it with visibility
+``Host`` plays the Functions host's queue rules (``bus.hosting.local.queues``, from the host's
+QueueProcessor): a return deletes the message (a delete whose pop receipt no longer matches -
+the function changed the message - is let be); an exception releases it with visibility
 timeout 0 (host.json's default), or on delivery ``maxDequeueCount`` copies it to the poison
 queue; a message dequeued more often than that is poisoned without invoking the function.
 """
@@ -12,6 +14,7 @@ queue; a message dequeued more often than that is poisoned without invoking the 
 from __future__ import annotations
 
 import base64
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +23,7 @@ from bus import Bus, Command, Context, Endpoint, RetryAfter, RetryPolicy, Settin
 from bus.adapters.memory import InMemoryStorage
 from bus.adapters.memory.faults import NoFaults
 from bus.hosting.functions.trigger import QueueTrigger
-from bus.storage import Storage
+from bus.storage import NotFound, QueueMessage, Storage
 
 
 class Charge(Command):
@@ -60,13 +63,16 @@ class Host:
         else:
             self.invoked_at.append(self.now())
             try:
-                self.trigger.deliver(base64.b64decode(message.body), message.dequeue_count)
+                self.trigger.deliver(base64.b64decode(message.body), message.dequeue_count,
+                                     lease=message)
             except Exception:
                 if message.dequeue_count < self.max_dequeue_count:
-                    queues.extend(queue, message, lease=0)
+                    with contextlib.suppress(NotFound):  # the function postponed it
+                        queues.extend(queue, message, lease=0)
                     return True
                 self._poison(message.body)
-        queues.delete(queue, message)
+        with contextlib.suppress(NotFound):  # PopReceiptMismatch: the function postponed it
+            queues.delete(queue, message)
         return True
 
     def _poison(self, body: str) -> None:
@@ -152,19 +158,20 @@ def test_the_delays_hold_on_the_real_queues(storage: Storage, prefix: str) -> No
 
 
 def test_without_a_delay_the_host_releases_the_message() -> None:
-    """A delay of 0 needs no copy: the host's release (visibility timeout 0) is the retry."""
+    """A delay of 0 is not postponed: the function raises, and the host's release (visibility
+    timeout 0) is the retry."""
     clock = Clock()
     host = build(InMemoryStorage(hooks=clock), "nd", delays=(0.0,), max_count=3,
                  fails=gateway_down, now=lambda: clock.at)
     host.bus.send(Charge(n=1))
-    sends = host.bus.storage.queues.send
-    copies: list[str] = []
+    extend = host.bus.storage.queues.extend
+    leases: list[float] = []
 
-    def counted(queue: str, body: str, **kwargs: object) -> None:
-        copies.append(queue)
-        sends(queue, body, **kwargs)  # type: ignore[arg-type]
+    def counted(queue: str, message: QueueMessage, *, lease: float) -> QueueMessage:
+        leases.append(lease)
+        return extend(queue, message, lease=lease)
 
-    host.bus.storage.queues.send = counted  # type: ignore[method-assign]
+    host.bus.storage.queues.extend = counted  # type: ignore[method-assign]
     run_virtual(host, clock, horizon=5)
     assert host.invoked_at == [host.invoked_at[0]] * 3  # three deliveries, no time between
-    assert host.bus.names.queue("desk") not in copies
+    assert leases == [0, 0]  # the host's two releases; the third failure poisoned it
