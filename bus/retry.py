@@ -14,7 +14,7 @@
 2. **Delayed retries**: then the message is released with the visibility delay
    ``delays[n-1]`` after its n-th delivery (the last delay repeats) - the queue's own delay, so
    nothing waits in memory. Under every host: the Functions trigger, whose host releases a
-   message after host.json's ``visibilityTimeout``, puts a copy back with the delay instead.
+   message after host.json's ``visibilityTimeout``, postpones the message itself instead.
    A handler can ask for a specific delay by raising ``RetryAfter``.
 3. **Poison**: on the last delivery allowed (``Settings.max_delivery_count``, host.json
    ``maxDequeueCount`` in Functions) the message goes to the poison queue with the exception.

@@ -94,9 +94,9 @@ class Host:
     api: DurableApi | None = None
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     until_idle: bool = False
-    """Stop once nothing is left to do (``IdleWatch``) instead of at SIGTERM or Ctrl-C."""
+    """Stop once nothing is left to do (``_stop_when_idle``) instead of at SIGTERM or Ctrl-C."""
     still_busy: bool = False
-    """Set when ``until_idle`` gave up: work never stopped coming."""
+    """Set when ``until_idle`` gave up: the app never went idle (``IDLE_LIMIT_SECONDS``)."""
     _timers: Activity = field(default_factory=Activity, init=False)
 
     def __post_init__(self) -> None:

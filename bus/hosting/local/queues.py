@@ -219,7 +219,12 @@ class QueueListener:
             else:
                 await host_io(self._release, message)
         except HttpResponseError as exc:  # the lease was lost; the message comes back anyway
-            log.info("settling %s on %s failed: %s", message.id, self.queue_name, _short(exc))
+            if getattr(exc, "error_code", None) == "PopReceiptMismatch":  # as the host: debug
+                log.debug("settling %s on %s: its pop receipt changed; the function may have "
+                          "modified the message", message.id, self.queue_name)
+            else:
+                log.info("settling %s on %s failed: %s", message.id, self.queue_name,
+                         _short(exc))
 
     def _decode(self, message: QueueMessage) -> bytes | None:
         """The body's bytes (base64-decoded with ``messageEncoding: base64``)."""

@@ -15,15 +15,26 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from bus import Bus, Command, Context, Endpoint, RetryAfter, RetryPolicy, Settings
+import pytest
+
+from bus import Bus, Command, Context, Endpoint, RetryAfter, RetryPolicy, Settings, connect
 from bus.adapters.memory import InMemoryStorage
 from bus.adapters.memory.faults import NoFaults
 from bus.hosting.functions.trigger import QueueTrigger
+from bus.protocol.delivery import HandlerFailed
 from bus.storage import NotFound, QueueMessage, Storage
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 class Charge(Command):
@@ -157,6 +168,20 @@ def test_the_delays_hold_on_the_real_queues(storage: Storage, prefix: str) -> No
     assert host.bus.storage.queues.depth(host.bus.names.queue("desk")) == 0
 
 
+def test_a_lease_the_host_renewed_since_the_invocation_began_is_released_by_the_host() -> None:
+    """The host renews a long invocation's lease (a new pop receipt): the function cannot
+    postpone the message with the one it was given, so it raises and the host releases it."""
+    clock = Clock()
+    host = build(InMemoryStorage(hooks=clock), "rn", delays=(5.0,), max_count=3,
+                 fails=gateway_down, now=lambda: clock.at)
+    host.bus.send(Charge(n=1))
+    queues, queue = host.bus.storage.queues, host.bus.names.queue("desk")
+    [message] = queues.receive(queue, max_messages=1, lease=30)
+    queues.extend(queue, message, lease=30)  # the host's renewal: the receipt below is stale
+    with pytest.raises(HandlerFailed, match="the gateway is down"):
+        host.trigger.deliver(base64.b64decode(message.body), 1, lease=message)
+
+
 def test_without_a_delay_the_host_releases_the_message() -> None:
     """A delay of 0 is not postponed: the function raises, and the host's release (visibility
     timeout 0) is the retry."""
@@ -175,3 +200,67 @@ def test_without_a_delay_the_host_releases_the_message() -> None:
     run_virtual(host, clock, horizon=5)
     assert host.invoked_at == [host.invoked_at[0]] * 3  # three deliveries, no time between
     assert leases == [0, 0]  # the host's two releases; the third failure poisoned it
+
+
+FAILING_APP = '''
+import time
+
+import azure.durable_functions as df
+
+from bus import Context, Endpoint, RetryPolicy
+from bus.hosting.functions import BusFunctions
+from contracts import Greet
+
+greeter = Endpoint("greeter", retry=RetryPolicy(delays=(2.0, 4.0)))
+
+
+@greeter.handles(Greet, partition=lambda m: m.name)
+def greet(message: Greet, ctx: Context) -> None:
+    with open({attempts!r}, "a") as attempts:
+        attempts.write(f"{{time.time()}}\\n")
+    raise RuntimeError("the greeting service is down")
+
+
+app = df.DFApp()
+bus_functions = BusFunctions([greeter])
+app.register_functions(bus_functions)
+'''
+
+
+@pytest.mark.worker
+def test_under_the_local_host_the_delays_hold_with_microsofts_worker(
+        tmp_path: Path, azurite_connection: str, prefix: str) -> None:
+    """The whole path: the host hands the function its message's id and pop receipt (the
+    trigger's metadata, through Microsoft's worker), the function postpones the message by
+    the route's delay (host.json's visibilityTimeout is 0 here), and the host's delete finds
+    the pop receipt changed and lets it be. Poisoned by the bus on the third delivery."""
+    folder = tmp_path / "shop"
+    env = {**os.environ, "AzureWebJobsStorage": azurite_connection, "BUS_PREFIX": prefix,
+           "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, "-m", "bus", "init", str(folder)], env=env, check=True,
+                   capture_output=True, timeout=120)  # in a process: it imports the new app
+    attempts = tmp_path / "attempts.txt"
+    (folder / "function_app.py").write_text(FAILING_APP.format(attempts=str(attempts)))
+    host_json = json.loads((folder / "host.json").read_text())
+    host_json["extensions"]["queues"].update(maxDequeueCount=3, visibilityTimeout="00:00:00")
+    (folder / "host.json").write_text(json.dumps(host_json))
+    for command in (["-m", "bus", "provision"], ["send.py", "ada"]):
+        subprocess.run([sys.executable, *command], cwd=folder, env=env, check=True,
+                       capture_output=True, timeout=120)
+    host = subprocess.Popen([sys.executable, "-m", "bus", "host", "--log-level", "WARNING"],
+                            cwd=folder, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    bus = connect(azurite_connection, [Endpoint("greeter")], prefix=prefix)
+    try:
+        deadline = time.monotonic() + 90
+        while not bus.poisoned("greeter").entries() and time.monotonic() < deadline:
+            time.sleep(0.5)
+    finally:
+        host.send_signal(signal.SIGTERM)
+        host.wait(timeout=60)
+    [letter] = bus.poisoned("greeter").entries()
+    assert letter.entry.reason == "handler failed 3 times (max delivery count)"
+    assert letter.entry.dequeue_count == 3
+    first, second, third = (float(line) for line in attempts.read_text().split())
+    assert second - first >= 1.9 and third - second >= 3.9  # whole seconds on Azure
+    assert bus.storage.queues.depth(bus.names.queue("greeter")) == 0
