@@ -36,6 +36,8 @@ import contextlib
 import functools
 import json
 import logging
+import math
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -127,6 +129,11 @@ class Drainer:
             endpoint, ReaderRouting(endpoint, contract, bus.parts.serializer))
         self.received = 0
         """Queue messages received so far (each time it is received)."""
+        self.consumed = 0
+        """Queue messages deleted so far, every part of each settled (a bundle a batch's end
+        split comes back, and counts once it is deleted)."""
+        self._signals = 0  # signals in the queue messages received so far
+        self._counting = threading.Lock()  # settling deletes on several threads
 
     @property
     def bus(self) -> Bus:
@@ -135,6 +142,12 @@ class Drainer:
     @property
     def queue(self) -> str:
         return self._queue
+
+    @property
+    def rows_per_message(self) -> float:
+        """Signals a received queue message has held on average (a bundle holds up to 32;
+        1 before anything was received): how many rows a queue's depth in messages holds."""
+        return self._signals / self.received if self.received else 1.0
 
     def prepare(self, topics: Sequence[str] = ()) -> None:
         """Create what reading needs (idempotent): the bus's tables and containers, the
@@ -167,12 +180,15 @@ class Drainer:
         count = len(rows)
         while count < limit:
             started = time.time_ns()
+            wanted = max(1, math.ceil((limit - count) / self.rows_per_message))
             received = self._staging.retried(self._parts.storage.queues.receive, self._queue,
-                               max_messages=min(32, limit - count), lease=self._lease)
+                               max_messages=min(32, wanted), lease=self._lease)
             if not received:
                 break
+            signals = parts(received)
             self.received += len(received)
-            taken, extra = self._sort(parts(received), seen)
+            self._signals += len(signals)
+            taken, extra = self._sort(signals, seen)
             # Linked to each taken message's creation: a trace reaches the Spark read.
             self._parts.telemetry.received(self.endpoint, len(received), started,
                                          [t.envelope for t in taken])
@@ -310,6 +326,8 @@ class Drainer:
         # NotFound: the lease ran out; the copy comes back and is recognised as a duplicate.
         with contextlib.suppress(NotFound):
             self._staging.retried(self._parts.storage.queues.delete, self._queue, part.message)
+            with self._counting:
+                self.consumed += 1
 
     def _release(self, later: list[_Taken]) -> None:
         """Parts left for the next batch (the limit was reached within a bundle): their

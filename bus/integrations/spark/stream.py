@@ -15,11 +15,14 @@ batch: a query started on a fresh checkpoint begins after the last committed bat
 One answer may stage several batches: a micro-batch ``(start, end]`` reads batches
 ``start + 1 .. end``, each an input partition (``partitions``: the micro-batch is split into
 that many batches, as far as the queue's depth tells). How much one answer takes is Spark's
-read limit: at most ``max_rows`` messages, or (``None``) what the queue holds when it is asked
-- its approximate depth, so a queue that never empties still gives an answer. Under
+read limit, in rows: at most ``max_rows``, or (``None``) what the queue holds when it is asked -
+its approximate depth in queue messages times the rows a message has held so far (a bundle
+holds up to 32 signals: ``Drainer.rows_per_message``), learnt as it takes, so a queue that
+never empties still gives an answer and a bundled backlog is read whole. Under
 ``Trigger.AvailableNow`` (``prepare_available_now``) the answers stop once as many queue
-messages have been received as the queue held at the start, or when it is empty: then the
-latest offset is the start offset and Spark ends the run.
+messages have been consumed - deleted, every row of each taken - as the queue held at the
+start, or when it is empty: then the latest offset is the start offset and Spark ends the
+run. (A bundle a micro-batch's end splits comes back for the next one, and counts once.)
 
 Spark 4.0 and 4.1 ask for the latest offset without the start offset (and without a limit):
 then the answer follows the last one this reader gave, or the last staged or committed batch
@@ -65,7 +68,7 @@ class StreamConsumer:
         self._returned: int | None = None  # the highest offset answered by this process
         self._absent: int | None = None  # a batch known not to be staged
         self._idle_at: float | None = None  # when a take last found nothing
-        self._until: int | None = None  # Trigger.AvailableNow: received messages to stop at
+        self._until: int | None = None  # Trigger.AvailableNow: consumed messages to stop at
 
     def batch_key(self, batch: int) -> str:
         return f"s~{self.consumer}~{batch:09d}"
@@ -76,7 +79,7 @@ class StreamConsumer:
 
     def prepare_available_now(self) -> None:
         """``Trigger.AvailableNow`` begins: read what the queue holds now, then stop."""
-        self._until = self._drainer.received + self._depth()
+        self._until = self._drainer.consumed + self._depth()
 
     def latest_offset(self, start: Mapping[str, Any] | None = None,
                       limit: int | None = DEFAULT) -> dict[str, int]:
@@ -96,7 +99,7 @@ class StreamConsumer:
             if rows and cap is not None and rows + size > cap:
                 break
             end, rows = end + 1, rows + size
-        left = None if self._until is None else self._until - self._drainer.received
+        left = None if self._until is None else self._until - self._drainer.consumed
         if (cap is None or rows < cap) and (left is None or left > 0):
             end = self._take(end, rows, cap, left)
         self._returned = max(end, self._returned or 0)
@@ -121,17 +124,17 @@ class StreamConsumer:
 
     # -- taking ---------------------------------------------------------------------------------
     def _take(self, end: int, rows: int, cap: int | None, left: int | None) -> int:
-        """Stage new batches after ``end`` (holding ``rows`` already); the last one staged."""
+        """Stage new batches after ``end`` (holding ``rows`` already); the last one staged.
+        ``left``: under AvailableNow, the queue messages of the backlog not consumed yet."""
         room = None if cap is None else cap - rows
         depth = self._depth() if room is None or self.partitions > 1 or left is not None else None
-        bound = room if room is not None else max(depth or 0, 1)  # (depth is approximate)
-        if left is not None:
-            bound = min(bound, left)
-        expected = bound if depth is None else max(min(bound, depth), 1)
-        per = max(1, math.ceil(expected / self.partitions))
         self._throttle()
         taken = 0
-        while taken < bound:
+        while taken < (bound := self._bound(room, depth, left)):
+            # In rows, from the depth in messages: learnt again after each batch taken.
+            held = math.ceil((depth or 0) * self._drainer.rows_per_message)
+            expected = bound if depth is None else max(min(bound, held), 1)
+            per = max(1, math.ceil(expected / self.partitions))
             batch = end + 1
             asked = min(per, bound - taken)
             count = self._drainer.stage(self.batch_key(batch), asked, close_empty=False,
@@ -147,9 +150,19 @@ class StreamConsumer:
             end, taken = batch, taken + count
             if count < asked:
                 break
-            if self._until is not None and self._drainer.received >= self._until:
+            if self._until is not None and self._drainer.consumed >= self._until:
                 break
         return end
+
+    def _bound(self, room: int | None, depth: int | None, left: int | None) -> int:
+        """Rows one answer may take: the read limit's ``room``, or (none) the rows the queue's
+        ``depth`` holds; under AvailableNow no more than the rows ``left`` of the backlog hold
+        (the depth is approximate, and the rows per message an average: at least one)."""
+        per_message = self._drainer.rows_per_message
+        bound = room if room is not None else max(math.ceil((depth or 0) * per_message), 1)
+        if left is not None:
+            bound = min(bound, max(math.ceil(left * per_message), 1))
+        return bound
 
     def _size(self, batch: int) -> int:
         marker = self._staging.get(self.batch_key(batch), MARKER)

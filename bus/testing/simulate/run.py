@@ -57,7 +57,14 @@ from bus.testing.simulate.world import Actor, FaultProfile, Gate, World
 
 MAX_STEPS = 200_000
 """Steps a run may take to quiesce; three times as many where the hosts give up after 3
-deliveries (they poison and replay far more: some runs need 400,000)."""
+deliveries (they poison and replay far more: some runs need 400,000), and half as many again
+where more than one storage call in eight fails (``FLAKY``)."""
+FLAKY = 0.12
+"""A run whose storage fails more often than this (failed before, after, or late: summed)
+repeats so much that it gets half as many steps again. Since the Functions hosts keep a failed
+handler's retry delay (before, they redelivered at once), every "replay all" of an entry that
+fails each time costs its 50 deliveries times the delay: 594864499, which fails 16 % of calls,
+needs 274,488 steps."""
 STALLED_SECONDS = 5.0  # maintenance finishes records committed this long ago
 MAX_SKEW_SECONDS = 30.0
 """How far a worker process's clock may be off the others' (and storage's) in a skewed run."""
@@ -180,7 +187,7 @@ def run_once(seed: int, safeguards: Safeguards | None = None,
     def expire_lease() -> bool:
         return storage.queues.expire_lease(lambda ids: world.rng.randrange(len(ids)))
 
-    budget = MAX_STEPS * (3 if settings.max_delivery_count <= 3 else 1)
+    budget = _budget(settings, profile)
     with (briefs.watching_expiry(bus, storage, plan_briefs) if plan_briefs is not None
           else contextlib.nullcontext()), audited.completions() as acted:
         settled = world.run(watch.quiescent, expire_lease, storage.queues.next_visible_at,
@@ -192,6 +199,14 @@ def run_once(seed: int, safeguards: Safeguards | None = None,
                     checkpoint=checkpoint if with_spark else None, noted=knobs.noted,
                     plan=plan, briefs_plan=plan_briefs, pending=pending, acted=acted,
                     seen=console.violations)
+
+
+def _budget(settings: Settings, profile: FaultProfile) -> int:
+    """The steps a run may take to quiesce (``MAX_STEPS``)."""
+    budget = MAX_STEPS * (3 if settings.max_delivery_count <= 3 else 1)
+    if profile.fail_before + profile.fail_after + profile.ghost > FLAKY:
+        budget += budget // 2
+    return budget
 
 
 @dataclass

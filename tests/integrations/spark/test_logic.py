@@ -293,6 +293,47 @@ def test_available_now_reads_what_the_queue_held_when_it_began(bus: Bus, clock: 
     assert bus.storage.queues.depth(bus.names.queue("sink")) == 5
 
 
+def bundled(bus: Bus, n: int, per: int = 32) -> None:
+    """``n`` messages on the sink's queue in bundles of ``per`` signals, as a Spark job or an
+    outbox leaves them (``bus.protocol.copies.bundles``)."""
+    send(bus, n)
+    queue = bus.names.queue("sink")
+    texts = []
+    while received := bus.storage.queues.receive(queue, max_messages=32, lease=300):
+        for message in received:
+            texts.append(base64.b64decode(message.body).decode())
+            bus.storage.queues.delete(queue, message)
+    for i in range(0, len(texts), per):
+        bus.storage.queues.send(queue, encode_bundle(texts[i:i + per]))
+
+
+def available_now(bus: Bus, c: StreamConsumer, limit: int | None) -> list[int]:
+    """One ``Trigger.AvailableNow`` run as Spark 4.2+ drives it: micro-batches until the
+    latest offset is the start; the rows of each."""
+    c.prepare_available_now()
+    start, sizes = c.initial_offset(), []
+    while (end := c.latest_offset(start, limit)) != start:
+        sizes.append(sum(len(batch_ids(bus, c, b))
+                         for b in range(start["batch"] + 1, end["batch"] + 1)))
+        c.commit(end)
+        start = end
+    return sizes
+
+
+@pytest.mark.parametrize("limit", [None, 100, 10])
+def test_available_now_drains_a_bundled_backlog_counting_rows(
+        bus: Bus, clock: Clock, limit: int | None) -> None:
+    """2,300 rows in bundles of 32 (72 queue messages): one run reads every row, in
+    micro-batches of at most ``limit`` rows - the queue's depth counts messages, not rows,
+    and a bundle split by a micro-batch's end comes back for the next one."""
+    bundled(bus, 2_300)
+    c = consumer(bus, clock, max_rows=limit)
+    sizes = available_now(bus, c, limit)
+    assert sum(sizes) == 2_300, sizes
+    assert limit is None or max(sizes) <= limit
+    assert bus.storage.queues.depth(bus.names.queue("sink")) == 0
+
+
 def test_read_limits_and_partitions(bus: Bus, clock: Clock) -> None:
     send(bus, 10)
     c = consumer(bus, clock, max_rows=None, partitions=3)

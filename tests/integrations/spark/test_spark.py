@@ -277,6 +277,28 @@ def test_available_now_reads_everything_available_in_batches_of_max_rows_per_tri
 
 
 @data_source
+@pytest.mark.parametrize("source", ["bus", "bus_spark40"])
+def test_available_now_reads_a_bundled_backlog_a_spark_job_published(
+        spark: Any, conn: dict[str, str], client: Bus, tmp_path: Path, source: str) -> None:
+    """2,300 rows published by a job (its tasks bundle up to 32 signals a queue message), then
+    one AvailableNow run reads every row: in micro-batches on Spark 4.2+, in the one batch of
+    the 4.0/4.1 call shape (``bus_spark40``). A run counted queue messages once, and read
+    about 100 rows of such a backlog."""
+    from tests.integrations.spark.shapes import Spark40Source
+
+    spark.dataSource.register(Spark40Source)
+    result = bus.spark.publish(sales(spark, 2_300), RecordSale, destination="sink",
+                               key_column="sale_id", **conn)
+    assert result.published == 2_300 and depth(client) < 2_300 / 16  # bundled
+    read = _available_now(spark, tmp_path, source, conn, consumer=f"bulk-{source}")
+    ids = Counter(i for batch in read for i in batch)
+    assert len(ids) == 2_300 and max(ids.values()) == 1
+    if source == "bus_spark40":
+        assert len(read) == 1
+    assert depth(client) == 0 and tokens(client) == 0
+
+
+@data_source
 def test_available_now_on_spark_4_0_and_4_1_calls(spark: Any, conn: dict[str, str],
                                                   client: Bus, tmp_path: Path) -> None:
     """``bus_spark40`` is the reader as Spark 4.0/4.1 call it (tests/integrations/spark/shapes.py):
