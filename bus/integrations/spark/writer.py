@@ -31,7 +31,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from bus.errors import BusError
+from bus.bus import Bus
+from bus.errors import BusError, PayloadError
 from bus.ids import BUS_NAMESPACE, random_id
 from bus.integrations.spark.options import OptionError, WriteOptions
 from bus.integrations.spark.staging import StagedRow, Staging, each
@@ -108,6 +109,13 @@ class MessageMapper:
         self.key_columns = tuple(key_columns)
         self._scope = f"spark/{contract.message_type}/{target}/{run_key or ''}"
         self._fields = list(contract.model_fields)
+
+    def where(self, row: Mapping[str, Any], position: int, partition_id: int) -> str:
+        """How an error names a row: by its key columns' values (a repartitioned job's
+        positions move), and where the task met it."""
+        keys = ", ".join(f"{name}={row.get(name)!r}" for name in self.key_columns)
+        at = f"row {position} of partition {partition_id}"
+        return f"the row {keys} ({at})" if keys else at
 
     def message_id(self, row: Mapping[str, Any], where: str) -> str:
         """The row's message id: a UUID5 of the message type, target, run key and key."""
@@ -206,8 +214,8 @@ class JobWriter:
         parallelism = self.options.parallelism
         with Telemetry.continued(self.trace):
             while wave := list(islice(chunks, parallelism)):  # memory: a wave at a time
-                for sent in each(parallelism, lambda chunk: bus.send_once_many(
-                        chunk, to=self.options.destination, origin=self.job), wave):
+                for sent in each(parallelism, lambda chunk: self._send(bus, chunk, tally),
+                                 wave):
                     assert isinstance(sent, list)
                     tally.count(sent)
         return PartReport(partition_id, tally.rows, tally.published, tally.already_sent,
@@ -215,20 +223,45 @@ class JobWriter:
 
     def _messages(self, mapper: MessageMapper, partition_id: int,
                   rows: Iterable[Mapping[str, Any]], tally: _Tally,
-                  ) -> Iterator[tuple[Command | Event, str]]:
+                  ) -> Iterator[tuple[Command | Event, str, str]]:
+        """Each row's message, message id and how errors name the row."""
         for position, row in enumerate(rows):
             tally.rows += 1
-            where = f"row {position} of partition {partition_id}"
+            where = mapper.where(row, position, partition_id)
             try:
                 message = mapper.message(row, where)
                 message_id = mapper.message_id(row, where)
             except RowError as exc:
-                if self.options.invalid_rows == "fail":
-                    raise
-                tally.refuse(exc)
+                self._refuse(exc, tally)
                 continue
             assert isinstance(message, (Command, Event))
-            yield message, message_id
+            yield message, message_id, where
+
+    def _send(self, bus: Bus, chunk: list[tuple[Command | Event, str, str]],
+              tally: _Tally) -> list[bool | None]:
+        """``send_once_many`` for a chunk; when a message of it is refused before anything
+        is sent (a payload over ``Settings.max_payload_bytes``), the chunk's messages one at a
+        time, so that the refused row is named - and, reporting, the others go."""
+        def send(items: list[tuple[Command | Event, str, str]]) -> list[bool | None]:
+            return bus.send_once_many([(m, i) for m, i, _ in items],
+                                      to=self.options.destination, origin=self.job)
+
+        try:
+            return send(chunk)
+        except PayloadError:
+            pass
+        sent: list[bool | None] = []
+        for item in chunk:
+            try:
+                sent += send([item])
+            except PayloadError as exc:
+                self._refuse(RowError(f"{item[2]}: {exc}"), tally)
+        return sent
+
+    def _refuse(self, error: RowError, tally: _Tally) -> None:
+        if self.options.invalid_rows == "fail":
+            raise error
+        tally.refuse(error)
 
     # -- on the driver --------------------------------------------------------------------------
     def commit(self, reports: Sequence[PartReport | None], started: float | None = None,

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bus import Bus, BusError
+from bus import Bus, BusError, Settings
 from bus.adapters.memory import InMemoryStorage, NoFaults
 from bus.envelope import encode_bundle
 from bus.integrations.spark.batch import BatchRead, ReadClosed
@@ -154,13 +154,39 @@ def test_invalid_rows_fail_the_task_or_are_reported(bus: Bus) -> None:
     rows = [*sales(3), {"sale_id": "bad", "amount": "lots"}, {"sale_id": None, "amount": 1}]
     failing = JobWriter(WriteOptions(connection(), SALE, destination="sink",
                                      key_columns=("sale_id",)))
-    with pytest.raises(RowError, match="row 3 of partition 2 is not a valid"):
+    with pytest.raises(RowError, match=r"the row sale_id='bad' \(row 3 of partition 2\) is "
+                                       "not a valid"):
         failing.publish(2, rows)
     reporting = JobWriter(WriteOptions(connection(), SALE, destination="sink",
                                        key_columns=("sale_id",), invalid_rows="report"))
     result = reporting.commit([reporting.publish(2, rows)])
     assert (result.rows, result.published, result.refused) == (5, 3, 2)
     assert "column amount" in result.reasons[0] and "column sale_id" in result.reasons[1]
+
+
+def test_an_oversize_row_is_named_by_its_key_and_reported_while_the_others_go(
+        bus: Bus) -> None:
+    """A payload over ``Settings.max_payload_bytes`` is refused before anything of its chunk
+    is sent: the chunk then goes one message at a time, so the row is named by its key - and
+    in ``report`` mode the job goes on (it failed, naming neither, after earlier chunks had
+    gone out)."""
+    small = Connection(connection_string="UseDevelopmentStorage=true",
+                       settings=Settings(max_payload_bytes=2_000))
+    rows = [*sales(300), {"sale_id": "huge", "amount": 1, "note": "x" * 70_000},
+            *sales(300, start=300)]
+    failing = JobWriter(WriteOptions(small, SALE, destination="sink", key_columns=("sale_id",)))
+    with pytest.raises(RowError, match=r"the row sale_id='huge' \(row 300 of partition 1\): "
+                                       r"payload of 70\d{3} bytes is over the limit of 2000"):
+        failing.publish(1, rows)
+    reporting = JobWriter(WriteOptions(small, SALE, destination="sink", key_columns=("sale_id",),
+                                       invalid_rows="report"))
+    result = reporting.commit([reporting.publish(1, rows)])
+    # The failing job had sent some (the rows before the huge one in its chunk, one at a
+    # time, and the chunk beside it): every other row is sent once, by one job or the other.
+    assert (result.rows, result.published + result.already_sent, result.refused) == (
+        601, 600, 1)
+    assert "sale_id='huge'" in result.reasons[0]
+    assert len([t for t in bus.parts.inbox.all() if t.endpoint == "sink"]) == 600
 
 
 def test_a_missing_report_fails_the_commit(bus: Bus) -> None:
