@@ -352,7 +352,8 @@ def worker_command(app: str, endpoints: tuple[str, ...], until_idle: bool) -> No
               help="Queue message lease (the Functions host's is 600 s).")
 @click.option("--stats-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the invocation counters here (JSON) when stopping.")
-@click.option("--log-level", default="INFO", show_default=True)
+@click.option("--log-level", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 def host_command(*, script_root: Path, until_idle: bool, timer_seconds: float | None,
                  lease_seconds: float | None, stats_file: Path | None, log_level: str) -> None:
     """Run a Functions app locally, as `func start` would, without Core Tools: Microsoft's

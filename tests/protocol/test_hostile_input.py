@@ -17,13 +17,14 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from bus import Bus, Command, Context, Endpoint, RetryPolicy
+from bus import Bus, Command, Context, Endpoint, RetryAfter, RetryPolicy
 from bus.envelope import BadSignal, parse_envelope
 from bus.errors import PayloadError
 from bus.hosting.functions.trigger import QueueTrigger
 from bus.protocol.delivery import Outcome
 from bus.settings import Settings
 from bus.signing import Signing, SigningKey
+from bus.storage import NotFound
 from bus.testing import InMemoryStorage, drain
 
 
@@ -45,12 +46,17 @@ SIGNING = Settings(signing=Signing(mode="required", key_id="k1",
                                    keys=(SigningKey(key_id="k1", secret=b"k" * 32),)))
 
 
-def build(settings: Settings | None = None) -> tuple[Bus, list[str]]:
+def build(settings: Settings | None = None, *,
+          wait: float | None = None) -> tuple[Bus, list[str]]:
+    """The desk; ``wait``: its handler asks for another delivery that much later, every time
+    (``RetryAfter``)."""
     desk = Endpoint("desk", retry=RetryPolicy(delays=(0.0,)))
     seen: list[str] = []
 
     @desk.handles(Note, partition=lambda m: m.key)
     def note(message: Note, ctx: Context) -> None:
+        if wait is not None:
+            raise RetryAfter(wait)
         seen.append(message.key)
         ctx.state.put("n", {"n": len(seen)})
 
@@ -251,6 +257,30 @@ def test_the_functions_trigger_processes_or_poisons_anything(raw: bytes) -> None
     assert {o.value for o in outcomes} <= ENDS | {"scheduled"}
     letters = bus.poisoned("desk").entries()
     assert len(letters) >= sum(o in POISON_ENDS for o in outcomes)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(raw=hostile_raw())
+def test_the_functions_trigger_postpones_a_retry_on_the_lease_it_was_given_or_poisons(
+        raw: bytes) -> None:
+    """With the host's lease (the trigger's metadata) and a handler that asks to wait: what
+    it cannot process is poisoned as ever, and what it can is postponed - the leased message
+    itself made visible later, nothing copied."""
+    assume(fits(raw))
+    bus, _ = build(wait=30.0)
+    with_token(bus)
+    queue = bus.names.queue("desk")
+    bus.storage.queues.send(queue, base64.b64encode(raw).decode())
+    [leased] = bus.storage.queues.receive(queue, max_messages=1, lease=60)
+    trigger = QueueTrigger(bus, "desk", max_dequeue_count=5, inline_dispatch_max=None,
+                           in_process_tries=1)
+    delivery = trigger.deliver(raw, 1, lease=leased)
+    outcomes = {part.outcome for part in delivery.parts} or {delivery.outcome}
+    assert {o.value for o in outcomes} <= ENDS | {"scheduled", "postponed"}
+    assert bus.storage.queues.depth(queue) <= 1 + (Outcome.SCHEDULED in outcomes)
+    if Outcome.POSTPONED in outcomes:  # the message waits, on a new pop receipt
+        with pytest.raises(NotFound):
+            bus.storage.queues.delete(queue, leased)
 
 
 @pytest.mark.parametrize("value", HOSTILE_TIMES)

@@ -222,6 +222,7 @@ class QueueTrigger:
         if invocation.failure is not None:
             raise invocation.failure
         # Every part has a delivery, but those that come back with a postponed message.
+        assert invocation.postponed or all(s.delivery is not None for s in settled)
         deliveries = tuple(s.delivery or Delivery(Outcome.POSTPONED) for s in settled)
         if len(settled) == 1:
             return deliveries[0]
