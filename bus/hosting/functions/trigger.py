@@ -133,8 +133,8 @@ class _FunctionsHost:
             self._queues.extend(self._queue, message.lease,
                                 lease=min(delay, self._queues.limits.longest_delay))
         except StorageError as exc:
-            log.info("%s: could not postpone a failed message by %g s (%s); the host "
-                     "releases it", self._queue, delay, exc)
+            log.info("%s: could not postpone a message by %g s for its handler's retry (%s); "
+                     "the host releases it", self._queue, delay, exc)
             return False
         message.postponed = True
         return True
