@@ -3,8 +3,9 @@
 A test's tier is not a list kept by hand: a test that takes Azurite (the ``azurite_connection``
 fixture, directly or through another fixture) is marked ``azurite``; one that takes the
 ``spark`` session is marked ``spark``; one that takes the ``browser`` is marked ``browser``; a
-module that imports Microsoft's Functions worker (``devhost.worker``, ``devhost.host`` or
-``azure_functions_runtime``, anywhere in it) is marked ``worker``. ``make check`` runs what is
+module that imports Microsoft's Functions worker (the local host, ``bus.hosting.local``, or
+``azure_functions_runtime``, anywhere in it) is marked ``worker``; so is a test marked so by
+hand (one that runs ``python -m bus host`` in a process). ``make check`` runs what is
 left (docs/testing.md). The Azure SDK is imported by the fixtures that build on Azurite, not
 here: a run of the in-memory tiers does not pay for it.
 """

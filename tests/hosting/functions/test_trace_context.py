@@ -1,5 +1,5 @@
 """Trace context under the local host and Microsoft's worker: the invocation's traceparent
-(devhost.worker) and who configures Azure Monitor (azure-functions-runtime, then the app's
+(bus.hosting.local.worker) and who configures Azure Monitor (azure-functions-runtime, then the app's
 bus.hosting.functions.telemetry)."""
 
 from __future__ import annotations
