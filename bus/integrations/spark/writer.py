@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import islice
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -40,6 +41,9 @@ from bus.messages import Command, Event, Message, topic_of
 from bus.observability import Telemetry
 from bus.observability.propagation import carrier
 from bus.storage import Storage
+from bus.storage.observed import observed_storage
+
+T = TypeVar("T")
 
 log = logging.getLogger("bus.spark")
 
@@ -65,6 +69,7 @@ class PartReport:
     refused: int = 0
     no_subscriber: int = 0
     reasons: tuple[str, ...] = ()
+    requests: int = 0
 
 
 @dataclass(frozen=True)
@@ -72,7 +77,9 @@ class PublishResult:
     """The outcome of a write: ``published`` messages sent by this run, ``already_sent``
     ones an earlier run (or another row with the same key) had sent, ``refused`` rows that
     could not become a message (with ``invalid_rows='report'``; ``reasons`` has a few),
-    ``no_subscriber`` events nobody subscribed to."""
+    ``no_subscriber`` events nobody subscribed to; ``requests`` to Azure Storage the tasks
+    made (each port call: a transaction or a bundled send is one), their attempts that Spark
+    kept the reports of."""
 
     rows: int
     published: int
@@ -85,6 +92,12 @@ class PublishResult:
     message_type: str = ""
     target: str = ""
     finished_at: float = 0.0
+    requests: int = 0
+
+    @property
+    def requests_per_row(self) -> float:
+        """What a row cost in storage requests (0 for a job without rows)."""
+        return round(self.requests / self.rows, 3) if self.rows else 0.0
 
 
 def check_columns(contract: type[Message], columns: Sequence[str],
@@ -161,6 +174,19 @@ class _Tally:
         self.no_subscriber += sum(s is None for s in sent)
 
 
+class _Requests:
+    """Counts a task's storage requests (``bus.storage.observed``): its tasks' threads too."""
+
+    def __init__(self) -> None:
+        self.made = 0
+        self._lock = threading.Lock()
+
+    def call(self, service: str, operation: str, fn: Callable[[], T]) -> T:
+        with self._lock:
+            self.made += 1
+        return fn()
+
+
 class JobWriter:
     """One write job. Picklable: ``publish`` runs in the tasks, ``commit`` on the driver.
     ``job`` names the job in its result; fresh for every run by default."""
@@ -208,7 +234,10 @@ class JobWriter:
         contract = self.options.contract()
         mapper = MessageMapper(contract, key_columns=self.options.key_columns,
                                run_key=self.options.run_key, target=self.target)
-        bus = self.options.connection.bus(self.options.routes())
+        requests = _Requests()
+        connection = self.options.connection
+        bus = connection.bus(self.options.routes(),
+                             storage=observed_storage(connection.storage(), requests))
         tally = _Tally()
         chunks = _chunks(self._messages(mapper, partition_id, rows, tally), CHUNK)
         parallelism = self.options.parallelism
@@ -219,7 +248,8 @@ class JobWriter:
                     assert isinstance(sent, list)
                     tally.count(sent)
         return PartReport(partition_id, tally.rows, tally.published, tally.already_sent,
-                          tally.refused, tally.no_subscriber, tuple(tally.reasons))
+                          tally.refused, tally.no_subscriber, tuple(tally.reasons),
+                          requests.made)
 
     def _messages(self, mapper: MessageMapper, partition_id: int,
                   rows: Iterable[Mapping[str, Any]], tally: _Tally,
@@ -280,9 +310,11 @@ class JobWriter:
             reasons=tuple(reason for r in done for reason in r.reasons)[:_REASONS],
             job=self.job if batch is None else f"{self.job}-{batch}",
             message_type=self.options.contract().message_type,
-            target=self.target, finished_at=self._clock())
-        log.info("job %s: %d rows, %d messages published, %d already sent, %d refused",
-                 self.job, result.rows, result.published, result.already_sent, result.refused)
+            target=self.target, finished_at=self._clock(),
+            requests=sum(r.requests for r in done))
+        log.info("job %s: %d rows, %d messages published, %d already sent, %d refused; %d "
+                 "storage requests", self.job, result.rows, result.published,
+                 result.already_sent, result.refused, result.requests)
         self._store(result)
         return result
 

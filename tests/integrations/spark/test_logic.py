@@ -150,6 +150,29 @@ def test_retried_and_speculative_tasks_send_each_row_once(bus: Bus) -> None:
     assert [r.job for r in write_results(Staging(bus.storage, ""))] == [rerun.job, job.job]
 
 
+def test_a_result_counts_the_storage_requests_its_tasks_made(bus: Bus,
+                                                             storage: InMemoryStorage) -> None:
+    """``requests`` adds up every storage call of the tasks whose reports Spark kept: 500 rows
+    cost the marks' transactions (50 marks and tokens a request), the bundled signals and a
+    few reads - a fraction of a request a row."""
+    calls = 0
+    tables_transact = storage.tables.transact
+
+    def counted(table: str, ops: object) -> list[str]:
+        nonlocal calls
+        calls += 1
+        return tables_transact(table, ops)  # type: ignore[arg-type]
+
+    job = JobWriter(WriteOptions(connection(), SALE, destination="sink",
+                                 key_columns=("sale_id",)))
+    storage.tables.transact = counted  # type: ignore[method-assign]
+    result = job.commit([job.publish(0, sales(250)), job.publish(1, sales(250, start=250))])
+    assert result.rows == 500 and result.published == 500
+    assert calls <= result.requests < 500 and result.requests_per_row == round(
+        result.requests / 500, 3)
+    assert write_results(Staging(bus.storage, ""))[0].requests == result.requests
+
+
 def test_invalid_rows_fail_the_task_or_are_reported(bus: Bus) -> None:
     rows = [*sales(3), {"sale_id": "bad", "amount": "lots"}, {"sale_id": None, "amount": 1}]
     failing = JobWriter(WriteOptions(connection(), SALE, destination="sink",
