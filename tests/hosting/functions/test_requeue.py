@@ -110,8 +110,8 @@ def _no_requeue_delay(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def build(storage: Storage, prefix: str, monkeypatch: pytest.MonkeyPatch,
           outage: Outage, *, bundles: bool = True) -> tuple[Bus, Host]:
-    # No retry delay: a failed handler's message is released, as the host does (the delayed
-    # retries' copies are tested in test_retry_delays).
+    # No retry delay: a failed handler's message is released by the host (the function's own
+    # postponement for a retry delay is tested in test_retry_delays).
     ticks = Endpoint("ticks", retry=RetryPolicy(delays=(0.0,)))
 
     @ticks.handles(Tick, partition=lambda m: str(m.n))
