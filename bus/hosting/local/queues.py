@@ -111,8 +111,7 @@ def all_idle(activities: list[Activity], done_at: float = 0.0) -> bool:
     """Nothing running, and every poller found nothing in a receive it started after the
     last work anywhere finished (work that sent messages to another poller's queue):
     theirs, or other work that ended at ``done_at``."""
-    done = max((a.done_at for a in activities), default=done_at)
-    done = max(done, done_at)
+    done = max([done_at, *(a.done_at for a in activities)])
     return all(a.busy == 0 and a.quiet_since is not None and a.quiet_since > done
                for a in activities)
 
