@@ -3,8 +3,8 @@
 Every call to a port method is one request to Azure Storage (a table batch is one request), so
 an observer sees each billable operation once, named ``(service, operation)``, e.g.
 ``("queue", "send")``, ``("table", "transact")``, ``("blob", "write")``. Two observers use it:
-the benchmarks' operation counter (``bus.testing.counting``) and the storage-duration metric
-(``bus.observability``).
+the operation counter (``bus.storage.counting``: the benchmarks', a Spark job's requests) and
+the storage-duration metric (``bus.observability``).
 """
 
 from __future__ import annotations

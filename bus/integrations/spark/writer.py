@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import islice
-from typing import Any, TypeVar
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -41,9 +40,7 @@ from bus.messages import Command, Event, Message, topic_of
 from bus.observability import Telemetry
 from bus.observability.propagation import carrier
 from bus.storage import Storage
-from bus.storage.observed import observed_storage
-
-T = TypeVar("T")
+from bus.storage.counting import counting_storage
 
 log = logging.getLogger("bus.spark")
 
@@ -174,19 +171,6 @@ class _Tally:
         self.no_subscriber += sum(s is None for s in sent)
 
 
-class _Requests:
-    """Counts a task's storage requests (``bus.storage.observed``): its tasks' threads too."""
-
-    def __init__(self) -> None:
-        self.made = 0
-        self._lock = threading.Lock()
-
-    def call(self, service: str, operation: str, fn: Callable[[], T]) -> T:
-        with self._lock:
-            self.made += 1
-        return fn()
-
-
 class JobWriter:
     """One write job. Picklable: ``publish`` runs in the tasks, ``commit`` on the driver.
     ``job`` names the job in its result; fresh for every run by default."""
@@ -234,10 +218,9 @@ class JobWriter:
         contract = self.options.contract()
         mapper = MessageMapper(contract, key_columns=self.options.key_columns,
                                run_key=self.options.run_key, target=self.target)
-        requests = _Requests()
         connection = self.options.connection
-        bus = connection.bus(self.options.routes(),
-                             storage=observed_storage(connection.storage(), requests))
+        storage, requests = counting_storage(connection.storage())
+        bus = connection.bus(self.options.routes(), storage=storage)
         tally = _Tally()
         chunks = _chunks(self._messages(mapper, partition_id, rows, tally), CHUNK)
         parallelism = self.options.parallelism
@@ -249,7 +232,7 @@ class JobWriter:
                     tally.count(sent)
         return PartReport(partition_id, tally.rows, tally.published, tally.already_sent,
                           tally.refused, tally.no_subscriber, tuple(tally.reasons),
-                          requests.made)
+                          requests.total())
 
     def _messages(self, mapper: MessageMapper, partition_id: int,
                   rows: Iterable[Mapping[str, Any]], tally: _Tally,
