@@ -91,8 +91,8 @@ class FunctionsHost:
         self._shared = rounds.shared
         parts = delivery.parts or (delivery,)
         self.counts["functions_requeued"] += sum(part.outcome is Outcome.REQUEUED for part in parts)
-        self.counts["functions_postponed"] += delivery.outcome is Outcome.POSTPONED or any(
-            part.outcome is Outcome.POSTPONED for part in parts)
+        self.counts["functions_postponed"] += any(part.outcome is Outcome.POSTPONED
+                                                  for part in parts)
         self.counts["early_copies_put_back"] += sum(
             part.outcome is Outcome.SCHEDULED for part in parts)
         for handoff in delivery.handoffs:
