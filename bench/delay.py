@@ -8,9 +8,11 @@ running a round's requests concurrently helps). With ``--delay-ms d`` each chunk
 forwarded ``d`` ms after it arrived, in order, in both directions: a request on a kept-alive
 connection waits ``2 d`` ms more for its response than it would without the proxy.
 
-    python -m bench.delay --delay-ms 2.5 LISTEN_PORT:TARGET_PORT [...]
+    python -m bench.delay --delay-ms 2.5 TARGET_PORT [...]
 
-prints ``ready`` once every listening port accepts, and runs until terminated; on SIGUSR1 it
+listens on a port of its own choosing in front of each target (chosen by binding, so no other
+process can take it between choosing and listening), prints ``ready`` and one JSON object,
+target port -> listening port, once every one accepts, and runs until terminated; on SIGUSR1 it
 prints one JSON line: the HTTP requests clients sent through it so far, by listening port,
 method and path (:class:`Requests`), for processes the benchmark cannot count from inside (the
 Functions worker). It is its own
@@ -163,9 +165,10 @@ async def _overshoot(delay: float, tries: int = 40) -> float:
     return late / tries
 
 
-async def serve(routes: Sequence[tuple[int, int]], delay: float) -> None:
-    """Listen on each route's first port, forwarding to its second, until cancelled. Each chunk
-    is held ``delay`` seconds, less the event loop's measured oversleep."""
+async def serve(targets: Sequence[int], delay: float) -> None:
+    """Listen on a free loopback port in front of each target port, forwarding to it, until
+    cancelled. Each chunk is held ``delay`` seconds, less the event loop's measured
+    oversleep."""
     if delay > 0:
         delay = max(0.0, delay - await _overshoot(delay))
     servers = []
@@ -176,25 +179,23 @@ async def serve(routes: Sequence[tuple[int, int]], delay: float) -> None:
         print(json.dumps(counts), flush=True)
 
     asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, report)
-    for listen, target in routes:
+    listening: dict[int, int] = {}
+    for target in targets:
         def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                   target: int = target, listen: int = listen) -> None:
+                   target: int = target) -> None:
             def record(method: str, path: str) -> None:
-                key = f"{listen} {method} {path}"
+                key = f"{listening[target]} {method} {path}"
                 counts[key] = counts.get(key, 0) + 1
 
             task = asyncio.create_task(_connection(reader, writer, target, delay,
                                                    Requests(record)))
             live.add(task)
             task.add_done_callback(live.discard)
-        servers.append(await asyncio.start_server(handle, "127.0.0.1", listen))
-    print("ready", flush=True)
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        servers.append(server)
+        listening[target] = int(server.sockets[0].getsockname()[1])
+    print("ready", json.dumps(listening), flush=True)
     await asyncio.gather(*(server.serve_forever() for server in servers))
-
-
-def _route(text: str) -> tuple[int, int]:
-    listen, _, target = text.partition(":")
-    return int(listen), int(target)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -202,18 +203,12 @@ def main(argv: Sequence[str] | None = None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--delay-ms", type=float, required=True,
                         help="milliseconds each chunk is held, each way")
-    parser.add_argument("routes", nargs="+", type=_route, metavar="LISTEN:TARGET")
+    parser.add_argument("targets", nargs="+", type=int, metavar="TARGET_PORT")
     args = parser.parse_args(argv)
     # Terminated between two runs: nothing to flush or close, the connections go with it.
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(args.routes, args.delay_ms / 1000))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        asyncio.run(serve(args.targets, args.delay_ms / 1000))
 
 
 class Proxy(dict[int, int]):
@@ -241,16 +236,17 @@ def delayed(targets: Sequence[int], latency_ms: float) -> Iterator[Proxy]:
     """A proxy process in front of each of ``targets`` adding ``latency_ms`` to every request's
     round trip (half each way); yields target port -> the port to use instead. Always stopped
     afterwards."""
-    routes = {target: _free_port() for target in targets}
     command = [sys.executable, "-m", "bench.delay", "--delay-ms", str(latency_ms / 2),
-               *(f"{listen}:{target}" for target, listen in routes.items())]
+               *(str(target) for target in targets)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
         line = process.stdout.readline().strip()
-        if line != "ready":
+        word, _, ports = line.partition(" ")
+        if word != "ready":
             raise RuntimeError(f"the delay proxy did not start (exit {process.poll()}): "
                                f"{line!r}")
+        routes = {int(target): listen for target, listen in json.loads(ports).items()}
         yield Proxy(routes, process)
     finally:
         process.terminate()

@@ -36,6 +36,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _free_ports() -> tuple[int, int, int]:
+    return (_free_port(), _free_port(), _free_port())
+
+
+class PortTaken(RuntimeError):
+    """Azurite could not listen on a port: another process had it."""
+
+
 def connection_string(blob: int, queue: int, table: int) -> str:
     base = f"http://127.0.0.1:{{}}/{ACCOUNT}"
     return (f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={KEY};"
@@ -53,7 +61,8 @@ class Azurite:
             raise RuntimeError(f"Azurite is not installed at {AZURITE}: run `make test` "
                                "(it runs `npm ci`), or `npm ci` yourself")
         self.location = location
-        self.ports = ports or (_free_port(), _free_port(), _free_port())
+        self._chosen = ports is None  # ours to choose again if another process takes one
+        self.ports = ports or _free_ports()
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -70,15 +79,24 @@ class Azurite:
                 "--tablePort", str(table)]
 
     def start(self) -> str:
-        """Start it and wait until every port listens; the connection string."""
-        self.process = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.PIPE, start_new_session=True)
-        try:
-            _wait_listening(self.process, list(self.ports))
-        except BaseException:
-            self.stop()
-            raise
-        return self.connection_string
+        """Start it and wait until every port listens; the connection string. Ports it chose
+        itself are free when chosen, but another process may bind one before Azurite does:
+        then it chooses again (a few times) instead of failing."""
+        for attempt in range(3):
+            self.process = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.PIPE, start_new_session=True)
+            try:
+                _wait_listening(self.process, list(self.ports))
+                return self.connection_string
+            except PortTaken:
+                self.stop()
+                if not self._chosen or attempt == 2:
+                    raise
+                self.ports = _free_ports()
+            except BaseException:
+                self.stop()
+                raise
+        raise AssertionError("unreachable")
 
     def stop(self) -> None:
         process, self.process = self.process, None
@@ -108,7 +126,8 @@ def _wait_listening(process: subprocess.Popen[bytes], ports: list[int]) -> None:
     while time.monotonic() < deadline:
         if process.poll() is not None:
             err = process.stderr.read().decode() if process.stderr else ""
-            raise RuntimeError(f"Azurite exited with {process.returncode}: {err[-2000:]}")
+            failure = PortTaken if "EADDRINUSE" in err else RuntimeError
+            raise failure(f"Azurite exited with {process.returncode}: {err[-2000:]}")
         if all(_listening(port) for port in ports):
             return
         time.sleep(0.1)
