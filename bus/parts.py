@@ -113,7 +113,8 @@ class Parts:
         self.marked = MarkedSender(courier=self.courier, new_id=self.new_id,
                                    resign=self.sealer.resign,
                                    together=self.safeguards.marks_with_tokens,
-                                   marked=self.safeguards.send_marks)
+                                   marked=self.safeguards.send_marks,
+                                   note_after=self.safeguards.note_after_signal)
         self.audit = AuditTrail(self.observed.tables, self.names.audit_table, self.clock,
                                 self.new_id)
         self._receivers: dict[str, Receiver] = {}

@@ -44,9 +44,9 @@ class PortTaken(RuntimeError):
     """Azurite could not listen on a port: another process had it."""
 
 
-def connection_string(blob: int, queue: int, table: int) -> str:
-    base = f"http://127.0.0.1:{{}}/{ACCOUNT}"
-    return (f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={KEY};"
+def connection_string(blob: int, queue: int, table: int, scheme: str = "http") -> str:
+    base = f"{scheme}://127.0.0.1:{{}}/{ACCOUNT}"
+    return (f"DefaultEndpointsProtocol={scheme};AccountName={ACCOUNT};AccountKey={KEY};"
             f"BlobEndpoint={base.format(blob)};QueueEndpoint={base.format(queue)};"
             f"TableEndpoint={base.format(table)};")
 
@@ -56,24 +56,41 @@ class Azurite:
     a ``location``, with the same data)."""
 
     def __init__(self, *, location: Path | None = None,
-                 ports: tuple[int, int, int] | None = None) -> None:
+                 ports: tuple[int, int, int] | None = None,
+                 tls: tuple[Path, Path] | None = None) -> None:
+        """``tls``: a certificate and its key (PEM): then it serves HTTPS and also takes
+        Entra ID bearer tokens (``--oauth basic``: it checks a token's audience, issuer and
+        expiry, not its signature)."""
         if not AZURITE.exists():
             raise RuntimeError(f"Azurite is not installed at {AZURITE}: run `make test` "
                                "(it runs `npm ci`), or `npm ci` yourself")
         self.location = location
         self._chosen = ports is None  # ours to choose again if another process takes one
         self.ports = ports or _free_ports()
+        self.tls = tls
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
+    def scheme(self) -> str:
+        return "https" if self.tls else "http"
+
+    @property
     def connection_string(self) -> str:
-        return connection_string(*self.ports)
+        return connection_string(*self.ports, scheme=self.scheme)
+
+    @property
+    def endpoints(self) -> dict[str, str]:
+        """Service -> URL, for a connection by account (``AzureStorage.from_endpoints``)."""
+        return {service: f"{self.scheme}://127.0.0.1:{port}/{ACCOUNT}"
+                for service, port in zip(("blob", "queue", "table"), self.ports, strict=True)}
 
     def command(self) -> list[str]:
         storage = (["--location", str(self.location)] if self.location
                    else ["--inMemoryPersistence"])
         blob, queue, table = self.ports
-        return ["node", str(AZURITE), *storage, "--silent", *FLAGS,
+        secure = (["--oauth", "basic", "--cert", str(self.tls[0]), "--key", str(self.tls[1])]
+                  if self.tls else [])
+        return ["node", str(AZURITE), *storage, "--silent", *FLAGS, *secure,
                 "--blobHost", "127.0.0.1", "--queueHost", "127.0.0.1", "--tableHost",
                 "127.0.0.1", "--blobPort", str(blob), "--queuePort", str(queue),
                 "--tablePort", str(table)]

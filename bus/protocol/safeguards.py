@@ -64,6 +64,9 @@ class Safeguards:
     marks_with_tokens: bool = True
     """A marked send writes the marks and the tokens in one transaction: a mark never exists
     without its token."""
+    note_after_signal: bool = True
+    """A marked send notes on a mark that its token's signal went only after the send
+    answered: a call made again never leaves a copy without a signal."""
     stage_before_settle: bool = True
     """The Spark reader stages the messages it takes before it consumes their tokens and
     deletes their queue messages, so a batch that stops in between loses nothing."""
@@ -190,6 +193,9 @@ BREAKS: dict[str, tuple[Safeguards, str]] = {
                        "send_once_many creates tokens without send marks"),
     "mark-apart": (Safeguards(marks_with_tokens=False),
                    "send_once_many writes the send marks and the tokens in two requests"),
+    "note-before-signal": (Safeguards(note_after_signal=False),
+                           "send_once_many notes the signals on the send marks before "
+                           "sending them"),
     "settle-before-stage": (Safeguards(stage_before_settle=False),
                             "the Spark reader settles what it takes before staging it"),
     "settle-reads-early": (Safeguards(settle_reads_on_commit=False),

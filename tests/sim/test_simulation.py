@@ -39,6 +39,7 @@ FAILING_SEED = {
     "forget-sent": 3,
     "keep-failed-reads": 5,
     "mark-apart": 20,
+    "note-before-signal": 1,
     "numbers-before-room": 297,
     "payload-before-token": 106,
     "poisoned-ends-deferral": 187,

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from bus.integrations.spark.batch import BatchRead, sweep_reads
 from bus.integrations.spark.columns import schema_ddl, select
 from bus.integrations.spark.options import (
+    SIGNERS,
     Connection,
     OptionError,
     ReadOptions,
@@ -262,13 +263,14 @@ def sweep_staging(older_than_seconds: float = 24 * 3600.0, *,
     return sweep(staging, older_than_seconds) + sweep_reads(staging)
 
 
-_CREDENTIALS = ("sas_token", "token", "credential_provider", "endpoints")
+_CREDENTIALS = (*SIGNERS, "endpoints")
 
 
 def _connection(connection_string: str | None, account_name: str | None, prefix: str,
                 settings: Settings | None, credentials: dict[str, Any]) -> Connection:
     """The connection the keyword arguments describe (``credentials``: ``sas_token``,
-    ``token``, ``credential_provider``, ``endpoints``; see docs/spark.md, "Connection")."""
+    ``token``, ``platform_credential``, ``credential_provider``, ``endpoints``; see
+    docs/spark.md, "Connection")."""
     unknown = sorted(set(credentials) - set(_CREDENTIALS))
     if unknown:
         raise OptionError(f"unknown argument(s) {', '.join(unknown)}; the credentials are "

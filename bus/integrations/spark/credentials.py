@@ -7,11 +7,14 @@
 * ``account_name`` with ``token``: a bearer token for Azure Storage handed out by the
   platform (``notebookutils.credentials.getToken("storage")`` on Fabric and Synapse), used
   until it expires;
+* ``account_name`` with ``platform_credential``: the platform's own credential, asked for in
+  each process that signs (the driver and every Python worker), fresh tokens fetched before
+  the old ones expire (:func:`platform_credential`): ``databricks:<service credential>``,
+  ``synapse``, ``fabric``;
 * ``account_name`` with ``credential_provider``: a function returning an Azure credential,
-  called once in each process that needs one (the driver, each Python worker): Databricks'
-  Unity Catalog service credentials (``dbutils.credentials.getServiceCredentialsProvider``),
-  or anything else ``azure-identity`` can build. In the Python API the function itself; in a
-  data source option its path, ``package.module:function``, importable on the executors.
+  called once in each process that needs one (the driver, each Python worker): anything
+  ``azure-identity`` can build. In the Python API the function itself; in a data source
+  option its path, ``package.module:function``, importable on the executors.
 
 ``endpoints`` replaces the public cloud's service URLs (a sovereign cloud, private DNS,
 Azurite): ``blob=https://...;queue=https://...;table=https://...``.
@@ -21,7 +24,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import importlib
 import json
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -48,6 +53,108 @@ class StaticToken:
     @property
     def expires_on(self) -> float:
         return self._expires
+
+
+class RefreshingToken:
+    """Bearer tokens from ``fetch`` (a platform's ``getToken``), as an Azure
+    ``TokenCredential``: a token is used until ``margin`` seconds before its expiry (its
+    ``exp`` claim), then ``fetch`` is called for a new one - so a job may run for longer than
+    a token lives. (The SDK's own bearer-token policy also asks again five minutes before
+    the expiry the credential reported.)"""
+
+    def __init__(self, fetch: Callable[[], str], *, margin: float = 300.0,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._fetch = fetch
+        self._margin = margin
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._token: AccessToken | None = None
+
+    def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
+        with self._lock:
+            now = self._clock()
+            if self._token is None or now >= self._token.expires_on - self._margin:
+                text = self._fetch()
+                if not isinstance(text, str) or not text:
+                    raise PlatformError(f"the platform's getToken returned {text!r}, not a "
+                                        "token")
+                self._token = AccessToken(text, int(_expiry(text) or now + _DEFAULT_LIFETIME))
+            return self._token
+
+
+class PlatformError(RuntimeError):
+    """The platform's credential call is not there or did not answer (the message says which
+    platform, which call, and what to do instead)."""
+
+
+PLATFORMS = ("databricks:<service credential name>", "synapse", "fabric")
+
+
+def platform_credential(spec: str) -> Credential:
+    """The credential of the platform ``spec`` names, for the process calling it (the driver
+    or a Python worker on an executor):
+
+    * ``databricks:<name>`` - the Unity Catalog service credential ``<name>``: in a task,
+      ``databricks.service_credentials.getServiceCredentialsProvider(name)`` (what Databricks
+      documents for UDFs; Databricks Runtime 16.2 and later), on the driver
+      ``dbutils.credentials.getServiceCredentialsProvider(name)``;
+    * ``synapse`` - ``mssparkutils.credentials.getToken("Storage")`` (the workspace's managed
+      identity, or the user running the notebook), refreshed before it expires;
+    * ``fabric`` - ``notebookutils.credentials.getToken("storage")``, refreshed likewise.
+
+    Raises PlatformError when the platform's module is not importable in this process.
+    """
+    platform, _, name = spec.partition(":")
+    if platform == "databricks" and name:
+        return _databricks(name)
+    if platform == "synapse" and not name:
+        get_token = _function("notebookutils", "mssparkutils.credentials.getToken", spec)
+        return RefreshingToken(lambda: get_token("Storage"))
+    if platform == "fabric" and not name:
+        get_token = _function("notebookutils", "credentials.getToken", spec)
+        return RefreshingToken(lambda: get_token("storage"))
+    raise PlatformError(f"platform_credential {spec!r}: give one of {', '.join(PLATFORMS)}")
+
+
+def _databricks(name: str) -> Credential:
+    """In a task, the API Databricks documents for UDFs; on the driver, ``dbutils``'s."""
+    spec = f"databricks:{name}"
+    if _in_task():
+        provider = _function("databricks.service_credentials", "getServiceCredentialsProvider",
+                             spec)(name)
+    else:
+        provider = _function("databricks.sdk.runtime",
+                             "dbutils.credentials.getServiceCredentialsProvider", spec)(name)
+    if not hasattr(provider, "get_token"):
+        raise PlatformError(f"platform_credential {spec!r}: the service credential is a "
+                            f"{type(provider).__name__}, not an Azure credential (is it an "
+                            "Azure managed identity credential?)")
+    return provider  # type: ignore[no-any-return]
+
+
+def _function(module_name: str, path: str, spec: str) -> Callable[[str], Any]:
+    """``module.path``, imported now (so that a process without the platform's module fails
+    before its first request, with an error that says what is missing where)."""
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        where = "a task on an executor" if _in_task() else "the driver"
+        raise PlatformError(
+            f"platform_credential {spec!r}: {module_name} cannot be imported in this process "
+            f"({where}: {exc}). It exists only on the platform; where its tasks cannot call "
+            "it, pass token= (fetched on the driver, used until it expires) or sas_token= "
+            "instead (docs/spark.md, \"Connection\")") from exc
+    for part in path.split("."):
+        target = getattr(target, part)
+    return target  # type: ignore[no-any-return]
+
+
+def _in_task() -> bool:
+    try:
+        from pyspark import TaskContext
+    except ImportError:
+        return False
+    return TaskContext.get() is not None
 
 
 def _expiry(token: str) -> float | None:

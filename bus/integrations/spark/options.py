@@ -21,10 +21,13 @@ from bus.bus import Bus
 from bus.encryption import Encryption, EncryptionKey
 from bus.errors import BusError, ConfigurationError, NamingError
 from bus.integrations.spark.credentials import (
+    PLATFORMS,
     Credential,
     CredentialProvider,
+    PlatformError,
     StaticToken,
     parse_endpoints,
+    platform_credential,
 )
 from bus.messages import Command, Event, Message, topic_of
 from bus.naming import check_endpoint
@@ -38,14 +41,18 @@ class OptionError(BusError, ValueError):
 
 
 _RUN_KEY = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_PLATFORM = re.compile(r"^(databricks:[A-Za-z0-9_.-]+|synapse|fabric)$")
+SIGNERS = ("sas_token", "token", "platform_credential", "credential_provider")
+"""The ways to sign requests with ``account_name``: at most one is given."""
 
 
 @dataclass(frozen=True)
 class Connection:
     """Where the bus lives and how requests are signed (``credentials``): a connection string,
     or an account (or its ``endpoints``) with Entra ID - ``DefaultAzureCredential``, a
-    ``token`` the platform handed out, or a ``credential_provider`` - or with a ``sas_token``;
-    plus the installation's ``prefix``."""
+    ``token`` the platform handed out, the platform's own credential (``platform_credential``)
+    or a ``credential_provider`` - or with a ``sas_token``; plus the installation's
+    ``prefix``."""
 
     connection_string: str | None = field(default=None, repr=False)  # holds the key
     account_name: str | None = None
@@ -57,6 +64,9 @@ class Connection:
     token: str | None = field(default=None, repr=False)
     credential_provider: CredentialProvider | str | None = field(default=None, repr=False)
     """A function returning a credential, or its path ``package.module:function``."""
+    platform_credential: str | None = None
+    """``databricks:<service credential name>``, ``synapse`` or ``fabric``
+    (``credentials.platform_credential``)."""
     endpoints: str | None = None
     """``blob=<url>;queue=<url>;table=<url>``: service URLs other than the public cloud's."""
 
@@ -65,8 +75,7 @@ class Connection:
         if (self.connection_string is None) == (not account):
             raise OptionError("give exactly one of the options 'connection_string' and "
                               "'account_name' (or 'endpoints')")
-        signers = [n for n in ("sas_token", "token", "credential_provider")
-                   if getattr(self, n) is not None]
+        signers = [n for n in SIGNERS if getattr(self, n) is not None]
         if self.connection_string is not None and signers:
             raise OptionError(f"{signers[0]} goes with 'account_name', not with "
                               "'connection_string' (which holds the account key)")
@@ -77,6 +86,10 @@ class Connection:
                 parse_endpoints(self.endpoints)
             except ValueError as exc:
                 raise OptionError(str(exc)) from None
+        spec = self.platform_credential
+        if spec is not None and not _PLATFORM.match(spec):
+            raise OptionError(f"platform_credential {spec!r}: give one of "
+                              f"{', '.join(PLATFORMS)}")
 
     def storage(self) -> Storage:
         from bus.adapters.azure import AzureStorage
@@ -99,6 +112,11 @@ class Connection:
             return AzureSasCredential(self.sas_token.lstrip("?"))
         if self.token is not None:
             return StaticToken(self.token)
+        if self.platform_credential is not None:
+            try:
+                return platform_credential(self.platform_credential)
+            except PlatformError as exc:
+                raise OptionError(str(exc)) from exc
         provider = self.credential_provider
         if isinstance(provider, str):
             provider = _load_function(provider)
@@ -271,6 +289,7 @@ def connection_from(options: Mapping[str, str]) -> Connection:
                       sas_token=options.get("sas_token") or None,
                       token=options.get("token") or None,
                       credential_provider=options.get("credential_provider") or None,
+                      platform_credential=options.get("platform_credential") or None,
                       endpoints=options.get("endpoints") or None)
 
 

@@ -14,14 +14,24 @@ that names the token's attempt id, in one entity-group transaction (up to 50 cop
    A request whose answer was lost is sent again as it was: if it had landed, the conflict
    shows the marks as this call's own (the attempt ids it chose).
 2. The claim-check blobs of the copies to signal: those created now, and those whose mark
-   names a token still waiting (live, or poisoned by the sweeper as a presumed orphan: an earlier
-   call stopped before its signal, or the signal was lost).
+   names a token still waiting (live, or poisoned by the sweeper as a presumed orphan) and
+   says no signal of it was sent: an earlier call stopped before its signal went, or before
+   the signal's answer.
 3. Their signals, bundled per destination. A repeated signal is harmless: the token admits one
    processing.
+4. Once the signals' sends answered, a note on their marks that they went (a conditional
+   replace of each mark, in transactions: about one request per 100 copies). A signal, once
+   sent, stays on its queue until a receiver is done with it (queue messages here never
+   expire), so a call made again before the copies are consumed sends nothing twice: a data
+   job run again on the same rows leaves the queue's depth as it was. A note is written only
+   after the send answered; one written before would leave a copy whose send then failed
+   without a signal for good (the break "note-before-signal"). A note that fails costs one
+   more signal on the next call, nothing else.
 
 A call that stops anywhere can be made again with the same message ids: nothing marked is
-created twice, and what still waits gets its signal. If nobody calls again, the sweeper poisons a
-live token that never got a signal as a presumed orphan after ``orphan_age`` and reports it.
+created twice, and what still waits without a signal gets one. If nobody calls again, the sweeper
+poisons a live token that never got a signal as a presumed orphan after ``orphan_age`` and reports
+it.
 
 The sweeper forgets a mark once it is older than ``Settings.ledger_retention_seconds`` *and* its
 token is gone (processed): a message is never sent twice while it waits, however long. The same
@@ -30,6 +40,7 @@ message id sent after that is a new message, as with the send ledger.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -38,24 +49,28 @@ from bus.errors import Contention
 from bus.ids import IdFactory
 from bus.protocol.copies.courier import Courier, due_at
 from bus.protocol.tokens.inbox import Lineage, Mark, Token, TokenState
-from bus.storage import Conflict, TransientError
+from bus.storage import Conflict, StorageError, TransientError
+
+log = logging.getLogger(__name__)
 
 _ROUNDS = 20
 
 
 class MarkedSender:
-    """Sends copies through send marks (module doc). ``together`` off and ``marked`` off are
-    the simulation's breaks "mark-apart" and "unmarked-sends"."""
+    """Sends copies through send marks (module doc). ``together`` off, ``marked`` off and
+    ``note_after`` off are the simulation's breaks "mark-apart", "unmarked-sends" and
+    "note-before-signal"."""
 
     def __init__(self, *, courier: Courier, new_id: IdFactory,
                  resign: Callable[[Envelope], Envelope], together: bool = True,
-                 marked: bool = True) -> None:
+                 marked: bool = True, note_after: bool = True) -> None:
         self._courier = courier
         self._inbox = courier.inbox
         self._new_id = new_id
         self._resign = resign
         self._together = together
         self._marked = marked
+        self._note_after = note_after
 
     def send(self, envelopes: Sequence[Envelope], origin: str = "") -> list[bool]:
         """Send each copy unless a copy of its message id went to its destination before.
@@ -66,31 +81,53 @@ class MarkedSender:
         destination (its copies are marked: calling again sends their signals)."""
         self._courier.check_payloads(envelopes)
         created = [False] * len(envelopes)
-        signal: list[Envelope] = []
+        signal: list[tuple[Envelope, Mark | None]] = []
         by_destination: dict[str, list[int]] = {}
         for index, envelope in enumerate(envelopes):
             by_destination.setdefault(envelope.destination, []).append(index)
         for destination, indexes in by_destination.items():
-            mine, waiting = self._mark(destination, [envelopes[i] for i in indexes], origin)
+            marking = self._mark(destination, [envelopes[i] for i in indexes], origin)
             for index in indexes:
-                created[index] = envelopes[index].message_id in mine
-            signal.extend(waiting)
-        self._courier.put_payloads(signal)
-        problem = next((p for p in self._courier.signal_many(signal) if p is not None), None)
+                created[index] = envelopes[index].message_id in marking.mine
+            signal.extend(marking.waiting)
+        copies = [envelope for envelope, _ in signal]
+        self._courier.put_payloads(copies)
+        if not self._note_after:
+            self._note([mark for _, mark in signal])
+        problems = self._courier.signal_many(copies)
+        if self._note_after:
+            self._note([mark for (_, mark), problem in zip(signal, problems, strict=True)
+                        if problem is None])
+        problem = next((p for p in problems if p is not None), None)
         if problem is not None:
             raise problem
         return created
 
-    def _mark(self, destination: str, copies: list[Envelope], origin: str,
-              ) -> tuple[set[str], list[Envelope]]:
+    def _note(self, marks: list[Mark | None]) -> None:
+        """Step 4: note on the marks that their signals went (per destination). A failure
+        is logged, not raised: the signals went, and a later call only sends one more."""
+        by_destination: dict[str, list[Mark]] = {}
+        for mark in marks:
+            if mark is not None:
+                by_destination.setdefault(mark.endpoint, []).append(mark)
+        for destination, noted in by_destination.items():
+            try:
+                self._inbox.note_signalled(noted)
+            except StorageError as exc:
+                log.info("the signals of %d copies to %s went, but noting it on their marks "
+                         "failed (a later call sends them again): %s", len(noted),
+                         destination, exc)
+
+    def _mark(self, destination: str, copies: list[Envelope], origin: str) -> _Marking:
         """Step 1 for the copies of one destination: the message ids this call created, and
-        the copies to signal (as this call made them, or as the mark names them)."""
+        the copies to signal (as this call made them, or as the mark names them) with their
+        marks."""
         unique = list({e.message_id: e for e in reversed(copies)}.values())[::-1]
         marking = _Marking(destination, origin)
         per = max(1, self._inbox.limits.transaction_operations // 2)
         for start in range(0, len(unique), per):
             self._mark_chunk(marking, unique[start:start + per])
-        return marking.mine, marking.waiting
+        return marking
 
     def _mark_chunk(self, marking: _Marking, chunk: list[Envelope]) -> None:
         marking.tried.update((e.message_id, e.attempt_id) for e in chunk)
@@ -99,7 +136,7 @@ class MarkedSender:
             if not pending:
                 return
             try:
-                self._inbox.create_marked(
+                marks = self._inbox.create_marked(
                     marking.destination,
                     [(e.attempt_id, e.message_id, due_at(e)) for e in pending],
                     self._courier.now(), origin=marking.origin, together=self._together,
@@ -109,16 +146,17 @@ class MarkedSender:
                 continue
             except TransientError:
                 continue  # the outcome is unknown: the same request again tells (a conflict)
+            made = {mark.message_id: mark for mark in marks}
             marking.mine.update(e.message_id for e in pending)
-            marking.waiting.extend(pending)
+            marking.waiting.extend((e, made.get(e.message_id)) for e in pending)
             return
         raise Contention(f"the send marks at {marking.destination} kept changing")
 
     def _resolve(self, marking: _Marking, pending: list[Envelope]) -> list[Envelope]:
         """After a conflict: the copies whose mark exists leave ``pending``; a mark naming the
         attempt id this call tried (or this call's origin) is this call's own. Each one whose
-        token still waits joins ``waiting`` under its mark's attempt id. Returns the copies
-        still to mark."""
+        token still waits without a signal sent joins ``waiting`` under its mark's attempt id.
+        Returns the copies still to mark."""
         destination = marking.destination
         found = self._inbox.marks(destination, [e.message_id for e in pending])
         if not found:  # no mark: a token was in the way (a break's); go again with new ids
@@ -136,8 +174,8 @@ class MarkedSender:
             if marking.owns(mark):
                 marking.mine.add(envelope.message_id)
             token = tokens.get(mark.attempt_id)
-            if token is not None and _waits(token):
-                marking.waiting.append(self._as_marked(envelope, mark))
+            if token is not None and _waits(token) and not mark.signalled:
+                marking.waiting.append((self._as_marked(envelope, mark), mark))
         return left
 
     def _as_marked(self, envelope: Envelope, mark: Mark) -> Envelope:
@@ -155,7 +193,8 @@ class _Marking:
     origin: str
     tried: dict[str, str] = field(default_factory=dict)  # message id -> attempt id
     mine: set[str] = field(default_factory=set)
-    waiting: list[Envelope] = field(default_factory=list)
+    waiting: list[tuple[Envelope, Mark | None]] = field(default_factory=list)
+    """The copies to signal, each with its mark (None: the break "unmarked-sends")."""
 
     def owns(self, mark: Mark) -> bool:
         """Whether this call made ``mark`` (or a call of the same origin did)."""

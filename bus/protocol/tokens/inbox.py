@@ -156,6 +156,9 @@ class Mark:
     etag: str = ""
     origin: str = ""
     """Who made it, as the sender named itself (a Spark job: its id)."""
+    signalled: bool = False
+    """Whether a signal of its token was sent (noted after the send answered): a call made
+    again leaves the token to that signal instead of sending another."""
 
 
 @dataclass(frozen=True)
@@ -404,10 +407,11 @@ class Inbox:
     def create_marked(self, endpoint: str, copies: Sequence[tuple[str, str, float | None]],
                       now: float, *, origin: str = "", together: bool = True,
                       marked: bool = True,
-                      lineages: Sequence[Lineage | None] | None = None) -> None:
+                      lineages: Sequence[Lineage | None] | None = None) -> list[Mark]:
         """For each copy ``(attempt id, message id, due)`` of one endpoint, a send mark and a
         live token, in one transaction (at most half the transaction's operations: the
-        caller chunks). Conflict when a mark exists (none of them was created then).
+        caller chunks); the marks as created. Conflict when a mark exists (none of them was
+        created then).
         ``together`` off and ``marked`` off are breaks: the marks in a request before the
         tokens', and no marks.
 
@@ -416,9 +420,8 @@ class Inbox:
         shard (ValueError)."""
         if any(shard_of(attempt_id) for attempt_id, _, _ in copies):
             raise ValueError("marked copies' attempt ids must name no shard")
-        marks = [TableOp("insert", Entity(endpoint, _MARK + message_id,
-                                          {"attempt_id": attempt_id, "at": now,
-                                           "origin": origin}))
+        marks = [TableOp("insert", _mark_entity(Mark(endpoint, message_id, attempt_id, now,
+                                                     origin=origin), signalled=False))
                  for attempt_id, message_id, _ in copies]
         tokens = [TableOp("insert", self._entity(Token(
             endpoint, attempt_id, TokenState.LIVE, message_id, now, "", due=due,
@@ -426,11 +429,32 @@ class Inbox:
             for i, (attempt_id, message_id, due) in enumerate(copies)]
         if not marked:
             self._tables.transact(self._table, tokens)
-        elif together:
-            self._tables.transact(self._table, [*marks, *tokens])
+            return []
+        if together:
+            etags = self._tables.transact(self._table, [*marks, *tokens])
         else:
-            self._tables.transact(self._table, marks)
+            etags = self._tables.transact(self._table, marks)
             self._tables.transact(self._table, tokens)
+        # the marks' etags come first (the tokens' follow when they are in the same request)
+        return [_mark(replace(op.entity, etag=etag))
+                for op, etag in zip(marks, etags[:len(marks)], strict=True)]
+
+    def note_signalled(self, marks: Sequence[Mark]) -> None:
+        """Note on each mark (all of one endpoint) that its token's signal was sent, unless
+        the mark changed since it was read or made (its ``etag``): one request per
+        transaction's worth. A mark another call noted meanwhile, or one swept and made
+        again for a new copy, keeps what it says; a request that fails with a storage error
+        raises it (nothing is lost: a call made again sends one more signal)."""
+        per = self._tables.limits.transaction_operations
+        for start in range(0, len(marks), per):
+            ops = [TableOp("replace", _mark_entity(mark, signalled=True), etag=mark.etag)
+                   for mark in marks[start:start + per]]
+            try:
+                self._tables.transact(self._table, ops)
+            except (PreconditionFailed, NotFound):  # one changed: the others one by one
+                for op in ops:
+                    with contextlib.suppress(PreconditionFailed, NotFound):
+                        self._tables.replace(self._table, op.entity, etag=op.etag)
 
     def marks(self, endpoint: str, message_ids: Sequence[str]) -> dict[str, Mark]:
         """The send marks of ``message_ids`` at ``endpoint`` that exist, by message id (one
@@ -522,10 +546,21 @@ def finished(record: OutboxRecord, token: Token | None, *, poisoned_ends: bool =
 
 def _mark(row: Entity) -> Mark:
     at = row.properties.get("at")
-    return Mark(endpoint_of(row.partition_key), row.row_key[len(_MARK):],
-                str(row.properties["attempt_id"]),
+    attempt_id = str(row.properties["attempt_id"])
+    return Mark(endpoint_of(row.partition_key), row.row_key[len(_MARK):], attempt_id,
                 float(at) if isinstance(at, (int, float)) else 0.0, row.etag,
-                str(row.properties.get("origin", "")))
+                str(row.properties.get("origin", "")),
+                # the attempt id whose signal went: a mark made again for a new copy of the
+                # message id is not taken for noted by a late note of the old one
+                row.properties.get("signalled") == attempt_id)
+
+
+def _mark_entity(mark: Mark, *, signalled: bool) -> Entity:
+    properties: dict[str, EntityValue] = {"attempt_id": mark.attempt_id, "at": mark.at,
+                                          "origin": mark.origin}
+    if signalled:
+        properties["signalled"] = mark.attempt_id
+    return Entity(mark.endpoint, _MARK + mark.message_id, properties)
 
 
 def _token(row: Entity) -> Token:

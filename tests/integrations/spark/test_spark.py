@@ -148,6 +148,24 @@ def test_a_rerun_sends_only_new_rows(spark: Any, conn: dict[str, str], client: B
     assert tokens(client) == 35
 
 
+def test_a_rerun_before_consumption_leaves_the_queue_depth_unchanged(
+        spark: Any, conn: dict[str, str], client: Bus) -> None:
+    """2,000 rows (bundled by the tasks), the job run again before anything was read: the
+    signals already sent are noted on their send marks, so the re-run sends none again.
+    (Before, each re-run sent every waiting signal once more: depth 64 -> 128 -> 194.)"""
+    options = {"connection_string": conn["connection_string"], "prefix": conn["prefix"]}
+    first = bus.spark.publish(sales(spark, 2_000), RecordSale, destination="sink",
+                              key_column="sale_id", **options)
+    waiting = depth(client)
+    assert first.published == 2_000 and 0 < waiting < 2_000 / 16
+    for _ in range(2):
+        again = bus.spark.publish(sales(spark, 2_000), RecordSale, destination="sink",
+                                  key_column="sale_id", **options)
+        assert (again.published, again.already_sent) == (0, 2_000)
+        assert depth(client) == waiting
+    assert tokens(client) == 2_000
+
+
 @data_source
 def test_a_driver_failing_after_the_tasks_sent_loses_and_doubles_nothing(
         spark: Any, conn: dict[str, str], client: Bus, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -228,9 +246,8 @@ def test_spark_3_4_functions_publish_and_receive_events(
     again = bus.spark.receive(spark, "watcher", run_key="w1", **options)
     assert again.count() == 20
     assert bus.spark.commit_read("watcher", "w1", **options) == 20
-    # Processed: no token left. (The second publish sent the waiting messages' signals again:
-    # the next read drops those copies as duplicates.)
-    assert tokens(client, "watcher") == 0
+    # Processed: no token left, no signal either (the second publish sent none again).
+    assert tokens(client, "watcher") == 0 and depth(client, "watcher") == 0
 
 
 # -- Trigger.AvailableNow, admission control, partitions, failed batch reads ----------------------

@@ -1,0 +1,41 @@
+"""What the stand-ins share: tokens for Azurite, the test's trust in its certificate, and a
+record of each call (the API, the driver or a task, its argument, the process)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from typing import Any
+
+import standin_config  # type: ignore[import-not-found]  # the test writes it into the zip
+
+# The platform's processes trust Azure's certificates; the stand-in platform trusts the test's.
+os.environ["REQUESTS_CA_BUNDLE"] = standin_config.CA
+
+
+def record(api: str, argument: str) -> None:
+    from pyspark import TaskContext
+
+    where = "task" if TaskContext.get() is not None else "driver"
+    with open(standin_config.CALLS, "a", encoding="utf-8") as calls:
+        calls.write(f"{api} {where} {argument} {os.getpid()}\n")
+
+
+def token() -> str:
+    """A bearer token for Azure Storage that Azurite takes, living ``LIFETIME`` seconds."""
+    from standin_tls import bearer_token  # tests/support/tls.py, copied into the zip
+
+    return bearer_token(standin_config.LIFETIME)
+
+
+class Credential:
+    """An Azure ``TokenCredential``, as a Databricks service credential for Azure is used."""
+
+    def get_token(self, *scopes: str, **kwargs: Any) -> Any:
+        from azure.core.credentials import AccessToken
+
+        text = token()
+        claims = text.split(".")[1]
+        expires = json.loads(base64.urlsafe_b64decode(claims + "=" * (-len(claims) % 4)))["exp"]
+        return AccessToken(text, int(expires))
