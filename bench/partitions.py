@@ -136,9 +136,13 @@ class _Tables:
 
     def query(self, table: str, partition_key: str | None = None,
               row_key: str | None = None, *, row_key_prefix: str | None = None,
+              row_key_after: str | None = None, row_key_before: str | None = None,
+              limit: int | None = None,
               ) -> list[Entity]:
         found: list[Entity] = self._inner.query(table, partition_key, row_key,
-                                                row_key_prefix=row_key_prefix)
+                                                row_key_prefix=row_key_prefix,
+                                                row_key_after=row_key_after,
+                                                row_key_before=row_key_before, limit=limit)
         self._draw(table, partition_key or "*", len(found))
         return found
 

@@ -154,7 +154,7 @@ class Operator:
                        outbox_for=parts.outbox,
                        pending_age=settings.pending_age_seconds,
                        mark_retention=settings.ledger_retention_seconds,
-                       safeguards=parts.safeguards)
+                       mark_log=parts.mark_log, safeguards=parts.safeguards)
 
     def flush_stats(self) -> None:
         """Write every receiver's per-minute statistics now (they are written at most every

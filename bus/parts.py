@@ -44,6 +44,7 @@ from bus.protocol.send.sender import Sender
 from bus.protocol.sessions.admin import Sessions
 from bus.protocol.sessions.order import check_session, client_stream
 from bus.protocol.tokens.inbox import Inbox
+from bus.protocol.tokens.marklog import MarkLog
 from bus.protocol.tokens.shards import ShardedIds
 from bus.seams import Seams
 from bus.serialization import JsonSerializer, Serializer
@@ -110,8 +111,10 @@ class Parts:
         self.counters = Counters(tables=self.observed.tables, table=self.names.ledger_table,
                                  stream=client_stream(self.settings.client_name),
                                  new_id=self.new_id)
+        self.mark_log = MarkLog(self.observed.tables, self.names.tokens_table, self.new_id)
         self.marked = MarkedSender(courier=self.courier, new_id=self.new_id,
-                                   resign=self.sealer.resign,
+                                   resign=self.sealer.resign, mark_log=self.mark_log,
+                                   retention=self.settings.ledger_retention_seconds,
                                    together=self.safeguards.marks_with_tokens,
                                    marked=self.safeguards.send_marks,
                                    note_after=self.safeguards.note_after_signal)

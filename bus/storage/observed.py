@@ -116,9 +116,12 @@ class ObservedTables:
 
     def query(self, table: str, partition_key: str | None = None,
               row_key: str | None = None, *, row_key_prefix: str | None = None,
+              row_key_after: str | None = None, row_key_before: str | None = None,
+              limit: int | None = None,
               ) -> list[Entity]:
         return self._observer.call("table", "query", lambda: self._inner.query(
-            table, partition_key, row_key, row_key_prefix=row_key_prefix))
+            table, partition_key, row_key, row_key_prefix=row_key_prefix,
+            row_key_after=row_key_after, row_key_before=row_key_before, limit=limit))
 
 
 def observed_storage(storage: Storage, observer: Observer) -> Storage:

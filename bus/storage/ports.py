@@ -160,9 +160,15 @@ class Tables(Protocol):
 
     def query(self, table: str, partition_key: str | None = None,
               row_key: str | None = None, *, row_key_prefix: str | None = None,
+              row_key_after: str | None = None, row_key_before: str | None = None,
+              limit: int | None = None,
               ) -> list[Entity]:
         """The rows matching the given keys (all of the table when none is given), or whose
-        row key starts with ``row_key_prefix``.
+        row key starts with ``row_key_prefix``, or comes after ``row_key_after`` or before
+        ``row_key_before`` (filtered by the service: what it leaves out is not sent); in key order
+        (partition key, then row key), the first ``limit`` of them when it is given (the
+        service is asked for no more: a partition's newest rows under a descending key are
+        one small request).
         For tooling and maintenance, not hot paths: the service answers in pages of at most
         ``limits.query_page`` rows, and the pages are not one snapshot (a row written during
         the query may be missing, one deleted may still be there)."""

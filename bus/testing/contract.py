@@ -244,6 +244,26 @@ class StorageContract:
         assert [e.row_key for e in storage.tables.query(table, "a", row_key_prefix="~s~2")] == [
             "~s~2"]
 
+    def test_table_query_after_a_row_key_and_a_limit(self, storage: Storage,
+                                                     table: str) -> None:
+        storage.tables.create_table(table)
+        for pk, rk in (("a", "1"), ("a", "2"), ("a", "3"), ("b", "1"), ("b", "4")):
+            storage.tables.insert(table, Entity(pk, rk, {}))
+        keys = [(e.partition_key, e.row_key)
+                for e in storage.tables.query(table, "a", row_key_after="1")]
+        assert keys == [("a", "2"), ("a", "3")]
+        assert [(e.partition_key, e.row_key) for e in storage.tables.query(
+            table, row_key_after="2")] == [("a", "3"), ("b", "4")]
+        assert [e.row_key for e in storage.tables.query(table, "a", limit=2)] == ["1", "2"]
+        assert [(e.partition_key, e.row_key) for e in storage.tables.query(
+            table, limit=4)] == [("a", "1"), ("a", "2"), ("a", "3"), ("b", "1")]
+        assert [e.row_key for e in storage.tables.query(table, "b", row_key_after="1",
+                                                        limit=5)] == ["4"]
+        assert [(e.partition_key, e.row_key) for e in storage.tables.query(
+            table, row_key_before="2")] == [("a", "1"), ("b", "1")]
+        assert [e.row_key for e in storage.tables.query(
+            table, "a", row_key_after="1", row_key_before="3")] == ["2"]
+
     # -- limits: each backend refuses what it declares (bus.storage.limits) ------------------
     def test_limits_are_declared(self, storage: Storage) -> None:
         assert isinstance(storage.queues.limits, StorageLimits)

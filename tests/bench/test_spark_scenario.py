@@ -45,8 +45,8 @@ def test_the_counted_task_reports_its_rows_and_storage_calls() -> None:
     assert report_row["rows"] == report_row["published"] == 120
     ops = json.loads(report_row["ops"])
     # 120 copies: marks and tokens 50 copies to a transaction (3); signals 32 to a bundle (4);
-    # the notes that the signals went, 100 marks to a transaction (2).
-    assert ops == {"queue.send": 4, "table.transact": 5}
+    # the notes that the signals went, 100 marks to a transaction (2); the marks' log row (1).
+    assert ops == {"queue.send": 4, "table.transact": 6}
     assert json.loads(report_row["requests"]) == {}  # the in-memory backend sends no HTTP
     rerun = JobWriter(job.options)  # another job, the same message ids
     [again] = list(CountedPublish(rerun, connection)(iter(batches)))

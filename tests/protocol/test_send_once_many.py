@@ -198,3 +198,36 @@ def test_marks_are_forgotten_after_the_retention_once_processed(storage: Storage
     assert bus.send_once_many(orders(3)) == [True, True, False]  # o0, o1 are new messages now
     drain(bus)
     assert sorted(seen) == ["orders:o0", "orders:o0", "orders:o1", "orders:o1", "orders:o2"]
+
+
+def test_the_sweeper_finds_old_marks_by_their_log_without_reading_every_mark(
+        storage: Storage, prefix: str) -> None:
+    """Each marked send logs its marks under the moment their retention ends: a sweep before
+    then reads one log row and no mark; after it, it forgets the marks whose tokens are gone
+    and logs again the one still waiting."""
+    counted, counter = counting_storage(storage)
+    bus, _ = build(counted, prefix)
+    bus.send_once_many(orders(300))
+    drain(bus, ["orders"])
+    bus.send_once_many(orders(1, start=300))  # o300 waits, unprocessed
+    read: list[str] = []
+    query = counted.tables.query
+
+    def reading(*args: object, **kwargs: object) -> list[Entity]:
+        rows = query(*args, **kwargs)  # type: ignore[arg-type]
+        read.extend(row.row_key for row in rows)
+        return rows
+
+    counted.tables.query = reading  # type: ignore[method-assign]
+    sweeper = bus.sweeper()
+    counter.reset()
+    assert sweeper.sweep().send_marks_forgotten == 0
+    assert not [key for key in read if key.startswith("~sent~")]
+    assert counter.snapshot().get(("table", "get_many"), 0) == 0  # no mark read
+    later = bus.parts.clock() + bus.settings.ledger_retention_seconds + 1
+    sweeper._clock = lambda: later
+    assert sweeper.sweep().send_marks_forgotten == 300
+    assert not [key for key in read if key.startswith("~sent~")]
+    [row] = bus.parts.mark_log.due(later + 86_400, limit=10)  # o300's, looked at tomorrow
+    assert row.message_ids == ("place-o300",) and row.due == later + 86_400
+    assert bus.send_once_many(orders(2)) == [True, True]  # o0, o1 are new messages now

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import os
 import re
@@ -359,6 +360,8 @@ class AzureTables:
 
     def query(self, table: str, partition_key: str | None = None,
               row_key: str | None = None, *, row_key_prefix: str | None = None,
+              row_key_after: str | None = None, row_key_before: str | None = None,
+              limit: int | None = None,
               ) -> list[Entity]:
         keys = {"PartitionKey": partition_key, "RowKey": row_key}
         terms = [f"{name} eq @{name}" for name, value in keys.items() if value is not None]
@@ -366,13 +369,23 @@ class AzureTables:
         if row_key_prefix:
             terms.append("RowKey ge @low and RowKey lt @high")
             parameters.update(low=row_key_prefix, high=_after_prefix(row_key_prefix))
+        if row_key_after is not None:
+            terms.append("RowKey gt @after")
+            parameters.update(after=row_key_after)
+        if row_key_before is not None:
+            terms.append("RowKey lt @before")
+            parameters.update(before=row_key_before)
+        # ``$top``: the service answers pages of at most ``limit`` rows, and only the first
+        # is read; a filter may still leave a page short, then the next one is asked for
+        paging: dict[str, Any] = {"results_per_page": limit} if limit else {}
         with _translated():
             client = self._client(table)
             if not terms:
-                rows = client.list_entities()
+                rows = client.list_entities(**paging)
             else:
-                rows = client.query_entities(" and ".join(terms), parameters=parameters)
-            return [_entity(row) for row in rows]
+                rows = client.query_entities(" and ".join(terms), parameters=parameters,
+                                             **paging)
+            return [_entity(row) for row in itertools.islice(rows, limit)]
 
 
 def _after_prefix(prefix: str) -> str:

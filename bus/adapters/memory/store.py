@@ -363,30 +363,32 @@ class MemoryTables:
 
     def query(self, table: str, partition_key: str | None = None,
               row_key: str | None = None, *, row_key_prefix: str | None = None,
+              row_key_after: str | None = None, row_key_before: str | None = None,
+              limit: int | None = None,
               ) -> list[Entity]:
         """Page after page, as the service answers (and the SDK follows): each page is one
         request, so what others write between two pages may be missed or seen."""
         found: list[Entity] = []
         after: tuple[str, str] | None = None
+        matches = _Matches(partition_key, row_key, row_key_prefix or "", row_key_after,
+                           row_key_before)
         while True:
+            wanted = None if limit is None else limit - len(found)
             page, after, more = self._core.call(
                 "table", "query",
-                lambda after=after: self._page(table, partition_key, row_key, after,  # type: ignore[misc]
-                                               row_key_prefix or ""))
+                lambda after=after, wanted=wanted: self._page(  # type: ignore[misc]
+                    table, matches, after, wanted))
             found.extend(page)
-            if not more:
+            if not more or (limit is not None and len(found) >= limit):
                 return found
 
-    def _page(self, table: str, partition_key: str | None, row_key: str | None,
-              after: tuple[str, str] | None, prefix: str = "",
-              ) -> tuple[list[Entity], tuple[str, str] | None, bool]:
+    def _page(self, table: str, matches: _Matches, after: tuple[str, str] | None,
+              wanted: int | None) -> tuple[list[Entity], tuple[str, str] | None, bool]:
         """One page of a query: its rows, the key it ended after, whether more follow."""
         rows = self._get(table)
-        keys = sorted(key for key in rows if partition_key in (None, key[0])
-                      and row_key in (None, key[1]) and key[1].startswith(prefix)
-                      and (after is None or key > after))
+        keys = sorted(key for key in rows if matches(key) and (after is None or key > after))
         length = self._core.page_length(self.limits.query_page)
-        page = keys[:length]
+        page = keys[:length if wanted is None else min(length, wanted)]
         last = page[-1] if page else after
         return [rows[key] for key in page], last, len(keys) > len(page)
 
@@ -461,3 +463,20 @@ class InMemoryStorage(Storage):
                  limits: StorageLimits = AZURE) -> None:
         core = _Core(hooks or NoFaults(), limits)
         super().__init__(MemoryQueues(core), MemoryBlobs(core), MemoryTables(core))
+
+
+@dataclass(frozen=True)
+class _Matches:
+    """A query's conditions on a row's keys."""
+
+    partition_key: str | None
+    row_key: str | None
+    prefix: str
+    after: str | None
+    before: str | None
+
+    def __call__(self, key: tuple[str, str]) -> bool:
+        return (self.partition_key in (None, key[0]) and self.row_key in (None, key[1])
+                and key[1].startswith(self.prefix)
+                and (self.after is None or key[1] > self.after)
+                and (self.before is None or key[1] < self.before))

@@ -13,6 +13,7 @@ driver. ``receive`` drains and stages on the driver and returns the staged rows;
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -36,11 +37,14 @@ from bus.integrations.spark.writer import (
     PartReport,
     PublishResult,
     check_columns,
+    prune_results,
     results,
     sweep,
 )
 from bus.messages import Message
 from bus.settings import Settings
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -252,14 +256,19 @@ def subscribe(endpoint: str, topics: Sequence[str] = (), *,
 
 
 def sweep_staging(older_than_seconds: float = 24 * 3600.0, *,
+                  keep_results_seconds: float = 30 * 86400.0,
                   connection_string: str | None = None, account_name: str | None = None,
                   prefix: str = "", **credentials: Any) -> int:
     """Delete staging nobody will read again: write staging left by versions before tasks
     sent themselves (older than ``older_than_seconds``), a stream's committed batches, and
     rows of batch reads done or given up that a late write left; returns how many staging
-    partitions. A table scan: schedule it daily."""
+    partitions. And the write results older than ``keep_results_seconds`` (``write_results``;
+    a streaming sink adds one a micro-batch). A table scan: schedule it daily."""
     connection = _connection(connection_string, account_name, prefix, None, credentials)
     staging = Staging(connection.storage(), prefix)
+    pruned = prune_results(staging, keep_results_seconds)
+    if pruned:
+        log.info("deleted %d write results older than %.0f s", pruned, keep_results_seconds)
     return sweep(staging, older_than_seconds) + sweep_reads(staging)
 
 

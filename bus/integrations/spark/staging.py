@@ -111,14 +111,26 @@ class Staging:
             return None
         return self._values(entity)
 
-    def rows(self, partition: str) -> list[tuple[str, dict[str, EntityValue]]]:
-        """Every row of ``partition`` as (row key, values), in row-key order."""
-        entities = self.retried(self.tables.query, self.table, partition)
+    def rows(self, partition: str, limit: int | None = None,
+             ) -> list[tuple[str, dict[str, EntityValue]]]:
+        """Every row of ``partition`` as (row key, values), in row-key order; the first
+        ``limit`` only, when given (read as such: one small request)."""
+        entities = self.retried(self.tables.query, self.table, partition, limit=limit)
         return [(e.row_key, self._values(e)) for e in sorted(entities, key=_row_key)]
 
     def delete_partition(self, partition: str) -> int:
         """Delete every row of ``partition`` and its blobs; returns how many rows."""
-        entities = self.retried(self.tables.query, self.table, partition)
+        return self.delete_rows(partition, self.retried(self.tables.query, self.table,
+                                                        partition))
+
+    def delete_after(self, partition: str, row_key: str) -> int:
+        """Delete the rows of ``partition`` whose row key comes after ``row_key`` (a range
+        read, not a scan), and their blobs; returns how many rows."""
+        return self.delete_rows(partition, self.retried(
+            self.tables.query, self.table, partition, row_key_after=row_key))
+
+    def delete_rows(self, partition: str, entities: Sequence[Entity]) -> int:
+        """Delete ``entities`` (rows of ``partition`` as read) and their blobs."""
         for entity in entities:
             for name, value in entity.properties.items():
                 if name.endswith(_BLOB_SUFFIX) and isinstance(value, str):

@@ -309,7 +309,7 @@ class JobWriter:
     def _store(self, result: PublishResult) -> None:
         """The result in the results table (best effort: the job itself succeeded)."""
         staging = self.staging(self.options.connection.storage())
-        newest_first = f"{10**13 - int(result.finished_at * 1000):014d}~{result.job}"
+        newest_first = f"{_newest_first(result.finished_at)}~{result.job}"
         try:
             staging.put(RESULTS, [StagedRow(newest_first, texts={
                 "result": json.dumps(asdict(result))})])
@@ -317,22 +317,34 @@ class JobWriter:
             log.exception("job %s: its result could not be stored", self.job)
 
 
+def _newest_first(moment: float) -> str:
+    """A results row key's first part: later moments sort first."""
+    return f"{10**13 - int(moment * 1000):014d}"
+
+
 def results(staging: Staging, limit: int = 10) -> list[PublishResult]:
-    """The latest write jobs' results, newest first."""
+    """The latest write jobs' results, newest first (their first rows: one small read)."""
     found: list[PublishResult] = []
-    for _, values in staging.rows(RESULTS)[:limit]:
+    for _, values in staging.rows(RESULTS, limit=limit):
         data = json.loads(str(values["result"]))
         data["reasons"] = tuple(data.get("reasons", ()))
         found.append(PublishResult(**data))
     return found
 
 
+def prune_results(staging: Staging, keep_seconds: float, now: float | None = None) -> int:
+    """Delete the write results older than ``keep_seconds`` (a range read: they are the
+    results partition's last rows); returns how many."""
+    cutoff = (time.time() if now is None else now) - keep_seconds
+    return staging.delete_after(RESULTS, f"{_newest_first(cutoff)}~")
+
+
 def sweep(staging: Staging, older_than: float, now: float | None = None) -> int:
     """Delete staging left behind: write staging of jobs from before tasks sent themselves
     (nothing in them newer than ``older_than`` seconds; a table scan: run it now and then),
     and a streaming consumer's batches at or below its committed one (a delayed write can land
-    after the consumer deleted a batch). Keeps the write results. Returns how many staging
-    partitions it deleted."""
+    after the consumer deleted a batch). Keeps the write results (``prune_results`` ages
+    them). Returns how many staging partitions it deleted."""
     cutoff = (time.time() if now is None else now) - older_than
     newest: dict[str, float] = {}
     committed: dict[str, int] = {}

@@ -7,6 +7,8 @@ guarantee at a fraction of a request per message. So each copy's token is create
 with a **send mark**, a row ``~sent~<message id>`` in the destination's own token partition
 that names the token's attempt id, in one entity-group transaction (up to 50 copies a request):
 
+0. A row in the marks' log naming the message ids, due when their retention has passed
+   (``bus.protocol.tokens.marklog``): how the sweeper finds old marks without reading all.
 1. ``[insert mark, insert token] x n`` for copies with fresh attempt ids. Marks are insert-only:
    when one exists already the transaction fails as a whole, the marks of the copies are read,
    those that have one leave, and the transaction goes again. A copy has a token only if it
@@ -49,11 +51,13 @@ from bus.errors import Contention
 from bus.ids import IdFactory
 from bus.protocol.copies.courier import Courier, due_at
 from bus.protocol.tokens.inbox import Lineage, Mark, Token, TokenState
+from bus.protocol.tokens.marklog import MarkLog
 from bus.storage import Conflict, StorageError, TransientError
 
 log = logging.getLogger(__name__)
 
 _ROUNDS = 20
+_LOG_TRIES = 3
 
 
 class MarkedSender:
@@ -62,9 +66,12 @@ class MarkedSender:
     "note-before-signal"."""
 
     def __init__(self, *, courier: Courier, new_id: IdFactory,
-                 resign: Callable[[Envelope], Envelope], together: bool = True,
-                 marked: bool = True, note_after: bool = True) -> None:
+                 resign: Callable[[Envelope], Envelope], mark_log: MarkLog,
+                 retention: float, together: bool = True, marked: bool = True,
+                 note_after: bool = True) -> None:
         self._courier = courier
+        self._mark_log = mark_log
+        self._retention = retention
         self._inbox = courier.inbox
         self._new_id = new_id
         self._resign = resign
@@ -123,11 +130,26 @@ class MarkedSender:
         the copies to signal (as this call made them, or as the mark names them) with their
         marks."""
         unique = list({e.message_id: e for e in reversed(copies)}.values())[::-1]
+        if self._marked:
+            self._log(destination, [e.message_id for e in unique])
         marking = _Marking(destination, origin)
         per = max(1, self._inbox.limits.transaction_operations // 2)
         for start in range(0, len(unique), per):
             self._mark_chunk(marking, unique[start:start + per])
         return marking
+
+    def _log(self, destination: str, message_ids: list[str]) -> None:
+        """Step 0: the marks' log row (``marklog``), before any mark: the sweeper finds the
+        marks by it once their retention has passed. A row whose answer was lost is written
+        again (a second row naming the same marks is harmless)."""
+        now = self._courier.now()
+        for attempt in range(_LOG_TRIES):
+            try:
+                self._mark_log.record(destination, message_ids, now, now + self._retention)
+                return
+            except TransientError:
+                if attempt == _LOG_TRIES - 1:
+                    raise
 
     def _mark_chunk(self, marking: _Marking, chunk: list[Envelope]) -> None:
         marking.tried.update((e.message_id, e.attempt_id) for e in chunk)

@@ -9,4 +9,6 @@ turns at-least-once delivery into exactly-once effect.
                 decided.
 * ``shards``  - which table partition a token lies in: an endpoint's tokens spread over several,
                 each attempt id naming its own.
+* ``marklog`` - the send marks' log: which marks a marked send made, due when their retention
+                has passed, so that the sweeper finds old marks without reading them all.
 """

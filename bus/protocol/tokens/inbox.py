@@ -67,6 +67,8 @@ def _one_by_one(reads: Sequence[Callable[[], dict[str, Entity]]]) -> list[dict[s
 
 _INDEX = "~deferred~"  # row key prefix of the deferral index (attempt ids never contain ~)
 _MARK = "~sent~"  # row key prefix of send marks (``bus.protocol.send.marked``)
+_NOT_A_TOKEN = "~"  # rows whose key starts so are not tokens: attempt ids never hold "~"
+MARK_LOG = "~marks"  # the partition of the send marks' log (``marklog``; no endpoint's name)
 
 
 class TokenState(str, enum.Enum):
@@ -389,11 +391,15 @@ class Inbox:
         field: anyone who may insert tokens can write one) is logged and left out, so that
         one such row does not stop the sweeper or the operators' pages."""
         tokens: list[Token] = []
-        rows = (self._tables.query(self._table) if endpoint is None else
+        # Tokens' row keys are attempt ids; the index rows and the send marks sort after
+        # them ("~..."), and the service leaves them out: a sweep does not read every mark.
+        rows = (self._tables.query(self._table, row_key_before=_NOT_A_TOKEN)
+                if endpoint is None else
                 [row for key in partitions(endpoint)
-                 for row in self._tables.query(self._table, key)])
+                 for row in self._tables.query(self._table, key,
+                                               row_key_before=_NOT_A_TOKEN)])
         for row in rows:
-            if row.row_key.startswith((_INDEX, _MARK)):
+            if row.row_key.startswith((_INDEX, _MARK)) or row.partition_key == MARK_LOG:
                 continue
             try:
                 tokens.append(_token(row))
@@ -471,7 +477,8 @@ class Inbox:
         return found
 
     def all_marks(self) -> list[Mark]:
-        """Every send mark (a scan, for the sweeper)."""
+        """Every send mark (a scan of the whole table: for tooling; the sweeper reads the
+        marks' log, ``marklog``)."""
         return [_mark(row) for row in self._tables.query(self._table)
                 if row.row_key.startswith(_MARK)]
 
@@ -494,10 +501,13 @@ class Inbox:
         A scan is no snapshot (on Azure a query that spans pages reads each page at another
         moment), so each row the scan finds without its token is checked again by itself:
         its token read now, and the row dropped only if unchanged since (``drop_index``)."""
-        rows = self._tables.query(self._table)
-        tokens = {(row.partition_key, row.row_key) for row in rows}
-        candidates = [row for row in rows if row.row_key.startswith(_INDEX)
-                      and (row.partition_key, str(row.properties["attempt_id"])) not in tokens]
+        rows = self._tables.query(self._table, row_key_prefix=_INDEX)
+        if not rows:
+            return []  # no deferral indexed: the tokens need no reading
+        tokens = {(row.partition_key, row.row_key) for row in
+                  self._tables.query(self._table, row_key_before=_NOT_A_TOKEN)}
+        candidates = [row for row in rows
+                      if (row.partition_key, str(row.properties["attempt_id"])) not in tokens]
         return [StaleIndex(endpoint_of(row.partition_key), row.row_key[len(_INDEX):], row.etag,
                            row.partition_key)
                 for row in candidates

@@ -24,7 +24,9 @@ What can be left behind, and when it is removed:
   only once it is, so "no committed record in the origin slot lists it" is exact;
 * a send mark (``marked``) older than ``mark_retention`` (``Settings.ledger_retention_seconds``,
   7 days) whose token is gone - then the same message id may be sent again as a new message;
-  a mark whose token still exists stays, however old (its message still waits);
+  a mark whose token still exists stays, however old (its message still waits). Found through
+  the marks' log (``marklog``): up to ``MARK_LOG_ROWS`` due rows a pass, a row naming the marks
+  of one send, instead of reading every mark;
 * a live token nobody signalled (its sender crashed between token and signal) - once no
   signal has come for ``orphan_age`` (default 7 days) after it was due (its creation, or a
   scheduled message's due time) it is poisoned as a presumed **orphan**, with a poison entry,
@@ -45,9 +47,15 @@ from bus.protocol.outbox.slot import ClaimLost, Outbox
 from bus.protocol.poison.queue import PoisonQueue
 from bus.protocol.safeguards import Safeguards
 from bus.protocol.tokens.inbox import Inbox, Token, TokenState
+from bus.protocol.tokens.marklog import CALL_SLACK, MarkLog
 from bus.protocol.tokens.verdict import verdict
 
 ALL_ON = Safeguards()
+MARK_LOG_ROWS = 100
+"""The marks' log rows one pass reads (one request; each names one send's marks)."""
+RECHECK_SECONDS = 86400.0
+"""When the marks of a row that still wait are looked at again (or after the retention, if
+shorter)."""
 
 
 @dataclass
@@ -69,9 +77,10 @@ class Sweeper:
                  ghost_horizon: float, orphan_age: float,
                  resend: Callable[[str, str], None], release_resend: float,
                  outbox_for: Callable[[str], Outbox], pending_age: float,
-                 mark_retention: float = 7 * 86400.0,
+                 mark_retention: float = 7 * 86400.0, mark_log: MarkLog | None = None,
                  safeguards: Safeguards = ALL_ON) -> None:
         self._mark_retention = mark_retention
+        self._mark_log = mark_log
         self._outbox_for = outbox_for
         self._pending_age = pending_age
         self._safeguards = safeguards
@@ -109,9 +118,8 @@ class Sweeper:
                     dequeue_count=0, now=now)
                 if self._inbox.poison(token, now, orphan=True):
                     report.orphan_tokens_parked += 1
-        for mark in self._inbox.all_marks():
-            if now - mark.at > self._mark_retention and self._inbox.forget_mark(mark):
-                report.send_marks_forgotten += 1
+        if self._mark_log is not None:
+            report.send_marks_forgotten += self._forget_marks(self._mark_log, now)
         for stale in self._inbox.stale_index():
             self._inbox.drop_index(stale)
             report.deferral_index_removed += 1
@@ -123,6 +131,23 @@ class Sweeper:
                 self._payloads.delete(ref)
                 report.payloads_removed += 1
         return report
+
+    def _forget_marks(self, mark_log: MarkLog, now: float) -> int:
+        """Forget the marks of the log's due rows whose retention has passed and whose tokens
+        are gone; the ids of those still waiting are logged again, due after ``recheck``."""
+        forgotten = 0
+        recheck = min(self._mark_retention, RECHECK_SECONDS)
+        for row in mark_log.due(now, MARK_LOG_ROWS):
+            waiting = []
+            for message_id, mark in self._inbox.marks(row.endpoint, row.message_ids).items():
+                if mark.at > row.at + CALL_SLACK:
+                    continue  # a later send's mark: that send's row covers it
+                if now - mark.at > self._mark_retention and self._inbox.forget_mark(mark):
+                    forgotten += 1
+                else:
+                    waiting.append(message_id)
+            mark_log.settle(row, waiting, now + recheck)
+        return forgotten
 
     def _unsignalled(self, token: Token, now: float) -> bool:
         """Whether no signal has come for a live token for ``orphan_age`` after it was due."""

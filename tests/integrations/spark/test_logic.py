@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -24,8 +25,10 @@ from bus.integrations.spark.writer import (
     MessageMapper,
     RowError,
     check_columns,
+    prune_results,
 )
 from bus.integrations.spark.writer import results as write_results
+from bus.storage.counting import counting_storage
 from tests.integrations.spark.contracts import RecordSale, SaleRecorded
 
 SALE = "tests.integrations.spark.contracts:RecordSale"
@@ -148,6 +151,34 @@ def test_retried_and_speculative_tasks_send_each_row_once(bus: Bus) -> None:
     assert (again.published, again.already_sent) == (5, 150)
     assert len([t for t in bus.parts.inbox.all() if t.endpoint == "sink"]) == 155
     assert [r.job for r in write_results(Staging(bus.storage, ""))] == [rerun.job, job.job]
+
+
+def test_results_are_read_from_the_newest_and_pruned_by_age(bus: Bus,
+                                                             storage: InMemoryStorage) -> None:
+    """``write_results(limit=)`` reads the newest rows only (the results partition sorts
+    newest first: one request of ``limit`` rows); ``prune_results`` deletes those older than
+    its age with a range read, however many there are."""
+    options = WriteOptions(connection(), SALE, destination="sink", key_columns=("sale_id",))
+    day = 86_400.0
+    for age_in_days in (40, 31, 29, 2, 1):
+        job = JobWriter(options, clock=lambda age=age_in_days: 100 * day - age * day)
+        job.commit([job.publish(0, sales(1))])
+    staging = Staging(bus.storage, "")
+    counted, counter = counting_storage(storage)
+    read: list[int] = []
+    query = counted.tables.query
+
+    def reading(*args: Any, **kwargs: Any) -> list[Any]:
+        read.append(len(rows := query(*args, **kwargs)))
+        return rows
+
+    counted.tables.query = reading  # type: ignore[method-assign]
+    [newest] = write_results(Staging(counted, ""), limit=1)
+    assert newest.finished_at == 99 * day
+    assert counter.snapshot() == {("table", "query"): 1} and read == [1]
+    assert prune_results(staging, keep_seconds=30 * day, now=100 * day) == 2
+    assert [round((100 * day - r.finished_at) / day) for r in write_results(staging)] == [
+        1, 2, 29]
 
 
 def test_a_result_counts_the_storage_requests_its_tasks_made(bus: Bus,
