@@ -231,3 +231,18 @@ def test_the_sweeper_finds_old_marks_by_their_log_without_reading_every_mark(
     [row] = bus.parts.mark_log.due(later + 86_400, limit=10)  # o300's, looked at tomorrow
     assert row.message_ids == ("place-o300",) and row.due == later + 86_400
     assert bus.send_once_many(orders(2)) == [True, True]  # o0, o1 are new messages now
+
+
+def test_a_row_in_the_marks_log_the_bus_did_not_write_is_left_out(
+        storage: Storage, prefix: str, caplog: pytest.LogCaptureFixture) -> None:
+    bus, _ = build(storage, prefix)
+    bus.send_once_many(orders(2))
+    drain(bus, ["orders"])
+    storage.tables.insert(bus.names.tokens_table, Entity("~marks", "0000000000000.000~x", {
+        "endpoint": "orders", "pieces": 3}))  # its ids are missing
+    sweeper = bus.sweeper()
+    later = bus.parts.clock() + bus.settings.ledger_retention_seconds + 1
+    sweeper._clock = lambda: later
+    assert sweeper.sweep().send_marks_forgotten == 2
+    assert "is not one this bus wrote" in caplog.text
+    assert [t.endpoint for t in bus.parts.inbox.all()] == []  # the log is no token either
