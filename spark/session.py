@@ -17,22 +17,33 @@ ROOT = Path(__file__).resolve().parent.parent
 def local_session(name: str, master: str = "local[2,3]") -> Any:
     """Two cores, failed tasks retried (3 attempts); the workers run this interpreter and can
     import this repository (``spark.contracts``). ``format("bus")`` is registered where Spark
-    has the Python Data Source API (4.0 on); Spark 3.x has ``bus.spark.publish/receive``."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # stay on the loopback interface
+    has the Python Data Source API (4.0 on); Spark 3.x has ``bus.spark.publish/receive``.
+
+    The environment the JVM starts with (which its Python workers inherit) is set for the
+    start only: this process's own ``os.environ`` is as it was afterwards."""
     paths = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
-    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    launch = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+              "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),  # loopback
+              "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
     from pyspark.sql import SparkSession
 
     import bus.spark
 
-    spark = (SparkSession.builder.master(master).appName(name)
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.driver.memory", "1g")
-             .getOrCreate())
+    before = {name: os.environ.get(name) for name in launch}
+    os.environ.update(launch)
+    try:
+        spark = (SparkSession.builder.master(master).appName(name)
+                 .config("spark.ui.enabled", "false")
+                 .config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.sql.shuffle.partitions", "2")
+                 .config("spark.driver.memory", "1g")
+                 .getOrCreate())
+    finally:
+        for variable, value in before.items():
+            if value is None:
+                os.environ.pop(variable, None)
+            else:
+                os.environ[variable] = value
     spark.sparkContext.setLogLevel("ERROR")
     if hasattr(spark, "dataSource"):
         bus.spark.register(spark)
