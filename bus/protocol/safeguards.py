@@ -94,6 +94,11 @@ class Safeguards:
     compare-and-swap before it sends a copy and removes the entry, as it revives a poisoned
     one: a poisoning that wrote the entry and has yet to poison the token (by the ETag it read
     before) then fails that poisoning, instead of poisoning a token whose entry is gone."""
+    poison_before_purge: bool = True
+    """A purge that finds the entry's token live (its poisoning wrote the entry and has yet
+    to poison the token) poisons it itself, by a compare-and-swap, before it deletes token and
+    entry: the poisoning then fails, instead of poisoning a token whose entry is gone - a
+    message nothing can replay or purge, and its payload kept for good."""
     expire_after_claim: bool = True
     """A receiver judges a copy's time-to-live after its claim: a copy whose handler committed
     already (its sends waiting for room, say) has its record completed, never poisoned as
@@ -222,4 +227,7 @@ BREAKS: dict[str, tuple[Safeguards, str]] = {
     "resend-without-swap": (Safeguards(swap_before_resend=False),
                             "a poison-queue replay that finds the token live sends a copy and "
                             "removes the entry without rewriting the token"),
+    "purge-around-poisoning": (Safeguards(poison_before_purge=False),
+                               "a purge that finds the entry's token live deletes the entry "
+                               "and leaves the token to its poisoning"),
 }

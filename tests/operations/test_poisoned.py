@@ -96,6 +96,39 @@ def test_a_replay_between_a_poisonings_entry_and_its_park_loses_nothing(
         assert [t.state for t in bus.parts.inbox.all("payments")] == [TokenState.POISONED]
 
 
+@pytest.mark.parametrize("first", [True, False], ids=["poisoned-first",
+                                                     "break-purge-around-poisoning"])
+def test_a_purge_between_a_poisonings_entry_and_its_park_leaves_nothing(
+        storage: Storage, prefix: str, first: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A purge that runs between a poisoning's entry and its token write finds the token
+    live: it poisons it itself (a new ETag), so the poisoning's own fails, and purges token,
+    entry and payload together. Without that (the "purge-around-poisoning" break) the
+    poisoning then poisons a token whose entry is gone: nothing can replay or purge it, and
+    its payload stays for good. (The simulation found this at seed 513.)"""
+    app = dlq_app.build(storage, prefix)
+    bus = seamed_bus(Seams(safeguards=Safeguards(poison_before_purge=first)), storage,
+                     list(app.topology.endpoints.values()), prefix=prefix,
+                     settings=app.settings)
+    written = PoisonQueue.put
+    purges: list[list[str]] = []
+
+    def put_then_purge(queue: PoisonQueue, *args: Any, **kwargs: Any) -> None:
+        written(queue, *args, **kwargs)
+        if not purges:  # the operator purges between the entry and the token write
+            purges.append(bus.poisoned("payments").purge())
+
+    monkeypatch.setattr(PoisonQueue, "put", put_then_purge)
+    bus.send(Charge(order_id="o8", amount=7, note="x" * 70_000))  # its payload: a blob
+    drain(bus, fail_fast=False)
+    assert len(purges[0]) == 1 and bus.poisoned("payments").entries() == []
+    assert charged(bus, "o8") == 0
+    if first:
+        assert bus.parts.inbox.all("payments") == [] and bus.parts.payloads.refs() == []
+    else:  # the break: poisoned for good, with nothing left to purge it by
+        assert [t.state for t in bus.parts.inbox.all("payments")] == [TokenState.POISONED]
+        assert len(bus.parts.payloads.refs()) == 1
+
+
 def test_an_interrupted_replay_resends_and_a_stale_entry_is_dropped(storage: Storage,
                                                                     prefix: str) -> None:
     bus = dlq_app.build(storage, prefix)

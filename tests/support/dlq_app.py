@@ -17,6 +17,7 @@ FAILING = {"on": True}
 class Charge(Command):
     order_id: str
     amount: int
+    note: str = ""  # long enough, it travels as a claim-check blob
 
 
 def build(storage: Storage, prefix: str) -> Bus:

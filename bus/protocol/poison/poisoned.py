@@ -46,11 +46,16 @@ handled after all, replay it with ``drop_expiry``: the signal is sent without ``
 (signed again with the app's key when it was signed: the signature covers the field).
 
 Purging deletes the entry and, when its token is poisoned, the token and its claim-check
-payload: any late copy of the message is then a duplicate. A message whose handler committed
-can be poisoned too (its sends waited for room while its deliveries ran out); its token is what
-tells the record is unfinished, so a purge first completes that record, or keeps the entry while
-it cannot (``settle``: ``bus.protocol.receive.settle``; ``refusals`` says why). One entry per
-token: poisonings that raced leave one each, and ``adopt`` deletes all but the oldest.
+payload: any late copy of the message is then a duplicate. A token found live whose recorded
+copy is the entry's - its poisoning wrote the entry and has yet to poison the token, or stopped
+in between - is poisoned by the purge first, by the same compare-and-swap, and purged with the
+entry: the poisoning's own then fails. Were it to land after the entry was deleted, the token
+would be poisoned with no entry to replay or purge it, and its payload kept for good.
+A message whose handler committed can be poisoned too (its sends waited for room while its
+deliveries ran out); its token is what tells the record is unfinished, so a purge first
+completes that record, or keeps the entry while it cannot (``settle``:
+``bus.protocol.receive.settle``; ``refusals`` says why). One entry per token: poisonings that
+raced leave one each, and ``adopt`` deletes all but the oldest.
 """
 
 from __future__ import annotations
@@ -133,6 +138,7 @@ class PoisonedMessages:
         """Why the last ``purge`` kept each entry it was asked to purge and did not."""
         self.endpoint = endpoint
         self._swap_live = (safeguards or Safeguards()).swap_before_resend
+        self._poison_live = (safeguards or Safeguards()).poison_before_purge
         self._one_entry = (safeguards or Safeguards()).one_entry_per_token
         self._sealer = sealer
         self._queue = names.queue(endpoint)
@@ -286,7 +292,7 @@ class PoisonedMessages:
             self._record("purge", ids, chosen, {})
             for message, entry in chosen:
                 if entry.envelope is not None:
-                    token = self._inbox.read(self.endpoint, entry.envelope.attempt_id)
+                    token = self._poisoned_for_purge(entry)
                     if _poisoned(token):
                         refused = self._settled(entry.envelope)
                         if refused is not None:
@@ -302,6 +308,23 @@ class PoisonedMessages:
                 self._writer.discard(entry)
                 purged.append(message.id)
         return purged
+
+    def _poisoned_for_purge(self, entry: PoisonEntry) -> Token | None:
+        """The entry's token, as a purge acts on it: a live one whose recorded copy is the
+        entry's (its poisoning wrote the entry and has yet to poison it, or stopped in
+        between) is poisoned here first, by a compare-and-swap - the poisoning's own then
+        fails, as it does against a replay - so that the purge deletes it with the entry."""
+        assert entry.envelope is not None
+        for _ in range(_ROUNDS):
+            token = self._inbox.read(self.endpoint, entry.envelope.attempt_id)
+            if (not self._poison_live or token is None or token.state is not TokenState.LIVE
+                    or not _recorded(token, entry.original_body)):
+                return token
+            if self._inbox.poison(token, self._clock(),
+                                  poisoned_by=signal_digest(entry.original_body)):
+                return self._inbox.read(self.endpoint, entry.envelope.attempt_id)
+        raise Contention(f"the token of {entry.envelope.message_id} at {self.endpoint} kept "
+                         "changing")
 
     def _record(self, action: str, ids: set[str] | None,
                 chosen: list[tuple[QueueMessage, PoisonEntry]], options: dict[str, bool]) -> None:

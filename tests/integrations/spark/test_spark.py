@@ -481,7 +481,7 @@ def test_a_streaming_sink_sends_each_row_once_across_restarts(
 def test_a_sas_or_a_credential_provider_signs_on_the_executors(
         spark: Any, conn: dict[str, str], client: Bus) -> None:
     """No account key on the executors: a SAS, or a function that makes the credential in
-    each process (Databricks service credentials, notebookutils tokens, azure-identity)."""
+    each process (anything azure-identity builds; the platforms' own: test_platforms.py)."""
     from tests.integrations.spark.jobs import azurite_sas
 
     settings = dict(part.split("=", 1) for part in conn["connection_string"].split(";")
