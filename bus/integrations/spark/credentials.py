@@ -117,14 +117,21 @@ def platform_credential(spec: str) -> Credential:
 
 
 def _databricks(name: str) -> Credential:
-    """In a task, the API Databricks documents for UDFs; on the driver, ``dbutils``'s."""
+    """In a task, the API Databricks documents for UDFs; on the driver, ``dbutils``'s (or, in
+    a driver-side process without the notebook's ``dbutils``, the UDFs' API)."""
     spec = f"databricks:{name}"
+    in_udfs = ("databricks.service_credentials", "getServiceCredentialsProvider", spec)
     if _in_task():
-        provider = _function("databricks.service_credentials", "getServiceCredentialsProvider",
-                             spec)(name)
+        provider = _function(*in_udfs)(name)
     else:
-        provider = _function("databricks.sdk.runtime",
-                             "dbutils.credentials.getServiceCredentialsProvider", spec)(name)
+        try:
+            provider = _function("databricks.sdk.runtime",
+                                 "dbutils.credentials.getServiceCredentialsProvider", spec)(name)
+        except PlatformError as missing:
+            try:
+                provider = _function(*in_udfs)(name)
+            except PlatformError:
+                raise missing from None
     if not hasattr(provider, "get_token"):
         raise PlatformError(f"platform_credential {spec!r}: the service credential is a "
                             f"{type(provider).__name__}, not an Azure credential (is it an "
@@ -145,7 +152,11 @@ def _function(module_name: str, path: str, spec: str) -> Callable[[str], Any]:
             "it, pass token= (fetched on the driver, used until it expires) or sas_token= "
             "instead (docs/spark.md, \"Connection\")") from exc
     for part in path.split("."):
-        target = getattr(target, part)
+        try:
+            target = getattr(target, part)
+        except AttributeError as exc:
+            raise PlatformError(f"platform_credential {spec!r}: {module_name} has no "
+                                f"{path} ({exc})") from exc
     return target  # type: ignore[no-any-return]
 
 

@@ -192,3 +192,26 @@ def test_a_refreshing_token_asks_again_only_near_its_expiry() -> None:
     assert credential.get_token().token != first.token and len(fetched) == 2
     with pytest.raises(Exception, match="not a token"):
         RefreshingToken(lambda: "").get_token()
+
+
+def test_a_platform_module_without_the_call_or_a_driver_without_dbutils(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module that lacks the documented call names it; a driver-side process without the
+    notebook's ``dbutils`` (Spark's own Python workers on the driver) asks the UDFs' API."""
+    from types import ModuleType, SimpleNamespace
+
+    from bus.integrations.spark.credentials import PlatformError, platform_credential
+
+    monkeypatch.setitem(sys.modules, "notebookutils", ModuleType("notebookutils"))
+    with pytest.raises(PlatformError, match=r"notebookutils has no credentials\.getToken"):
+        platform_credential("fabric")
+    udfs = ModuleType("databricks.service_credentials")
+    asked: list[str] = []
+    credential = SimpleNamespace(get_token=lambda *scopes, **kwargs: None)
+    udfs.getServiceCredentialsProvider = lambda name: asked.append(name) or credential  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "databricks", ModuleType("databricks"))
+    monkeypatch.setitem(sys.modules, "databricks.service_credentials", udfs)
+    monkeypatch.setitem(sys.modules, "databricks.sdk", None)
+    monkeypatch.setitem(sys.modules, "databricks.sdk.runtime", None)
+    assert platform_credential("databricks:bus-storage") is credential
+    assert asked == ["bus-storage"]
