@@ -36,7 +36,7 @@ PLATFORMS = Path(__file__).parent / "platforms"
 LIFETIME = 3600
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def azurite_oauth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
     """Azurite over HTTPS, taking bearer tokens; this process trusts its certificate."""
     folder = tmp_path_factory.mktemp("azurite-tls")
@@ -54,11 +54,13 @@ def azurite_oauth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]
             os.environ["REQUESTS_CA_BUNDLE"] = before
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def calls(spark: Any, azurite_oauth: Azurite,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The stand-ins, shipped to every Python worker and importable on the driver; yields the
-    file each call is recorded in."""
+    file each call is recorded in. Once per test process: Spark refuses a second file of the
+    same name with other contents, and then fails every task after (the test run orders tests
+    by duration, so a module's tests need not run together)."""
     folder = tmp_path_factory.mktemp("platforms")
     record = folder / "calls.txt"
     record.touch()
