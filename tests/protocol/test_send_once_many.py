@@ -246,3 +246,22 @@ def test_a_row_in_the_marks_log_the_bus_did_not_write_is_left_out(
     assert sweeper.sweep().send_marks_forgotten == 2
     assert "is not one this bus wrote" in caplog.text
     assert [t.endpoint for t in bus.parts.inbox.all()] == []  # the log is no token either
+
+
+def test_a_long_list_of_marks_is_logged_in_rows_the_service_takes() -> None:
+    """Long message ids, non-ASCII among them: the log splits them into rows under the
+    entity's limits (the in-memory store refuses what Azure would) and reads them back."""
+    from bus.adapters.memory import InMemoryStorage
+    from bus.protocol.tokens.marklog import MarkLog
+
+    storage = InMemoryStorage()
+    storage.tables.create_table("tokens")
+    log = MarkLog(storage.tables, "tokens", iter(f"{n:032x}" for n in range(99)).__next__)
+    ids = [f"{'é𝄞' * 150}-{n}" for n in range(2_000)]
+    log.record("sink", ids, at=10.0, due=20.0)
+    rows = log.due(now=20.0, limit=100)
+    assert len(rows) > 1 and [i for row in rows for i in row.message_ids] == ids
+    assert log.due(now=19.0, limit=100) == []
+    log.settle(rows[0], waiting=list(rows[0].message_ids[:3]), recheck_at=50.0)
+    assert [row.message_ids for row in log.due(now=50.0, limit=100)][-1] == tuple(
+        rows[0].message_ids[:3])

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from bus.ids import IdFactory
 from bus.protocol.tokens.inbox import MARK_LOG
 from bus.storage import Entity, NotFound, PreconditionFailed, TableOp, Tables
-from bus.storage.limits import split_text, transactions
+from bus.storage.limits import split_text, transactions, utf16_bytes
 
 log = logging.getLogger(__name__)
 
@@ -87,12 +87,12 @@ class MarkLog:
 
     def settle(self, row: LogRow, waiting: Sequence[str], recheck_at: float) -> None:
         """Drop ``row``, and log the ``waiting`` ids again, due at ``recheck_at``: in one
-        transaction, unless the row changed or went since it was read (another sweeper)."""
-        ops = [TableOp("delete", Entity(PARTITION, row.row_key), etag=row.etag)]
-        if waiting:
-            ops.extend(TableOp("insert", entity) for entity in (
-                self._entity(row.endpoint, group, row.at, recheck_at)
-                for group in self._groups(waiting)))
+        transaction, unless the row changed or went since it was read (another sweeper). (A
+        list too long for one goes in several, the new rows first: a stop in between leaves
+        a row twice, never a waiting mark unlogged.)"""
+        ops = [TableOp("insert", self._entity(row.endpoint, group, row.at, recheck_at))
+               for group in self._groups(waiting)]
+        ops.append(TableOp("delete", Entity(PARTITION, row.row_key), etag=row.etag))
         with contextlib.suppress(PreconditionFailed, NotFound):
             for batch in transactions(ops, self._tables.limits):
                 self._tables.transact(self._table, batch)
@@ -101,7 +101,7 @@ class MarkLog:
         groups: list[list[str]] = [[]]
         size = 0
         for message_id in dict.fromkeys(message_ids):
-            cost = 2 * (len(message_id) + 4)  # UTF-16, quotes and separator
+            cost = utf16_bytes(_json(message_id)) + 4  # as stored, with its separator
             if groups[-1] and size + cost > _PER_ROW_BYTES:
                 groups.append([])
                 size = 0
@@ -111,10 +111,14 @@ class MarkLog:
 
     def _entity(self, endpoint: str, message_ids: Sequence[str], at: float,
                 due: float) -> Entity:
-        pieces = split_text(json.dumps(list(message_ids)), self._tables.limits.property_bytes)
+        pieces = split_text(_json(list(message_ids)), self._tables.limits.property_bytes)
         return Entity(PARTITION, f"{due:017.3f}~{self._new_id()}", {
             "endpoint": endpoint, "at": at, "due": due, "pieces": len(pieces),
             **{f"ids{n}": piece for n, piece in enumerate(pieces)}})
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _row(entity: Entity) -> LogRow:
