@@ -399,7 +399,7 @@ class Inbox:
                  for row in self._tables.query(self._table, key,
                                                row_key_before=_NOT_A_TOKEN)])
         for row in rows:
-            if row.row_key.startswith((_INDEX, _MARK)) or row.partition_key == MARK_LOG:
+            if row.partition_key == MARK_LOG:  # its row keys are moments, below "~" too
                 continue
             try:
                 tokens.append(_token(row))
