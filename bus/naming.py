@@ -7,7 +7,8 @@ A program that does not use ``bus`` can compute the same names (see docs/envelop
   characters: cut to 47 and followed by ``-`` and 8 hex digits of SHA-1 of the full name.
 * poison queue: the queue name followed by ``-poison`` (the Azure Functions convention).
 * state table of ``e``: ``<p>state<e with only a-z0-9 kept>``; inbox tokens: ``<p>bustokens``;
-  the send ledger (``Bus.send_once``): ``<p>busledger``.
+  the send ledger (``Bus.send_once``): ``<p>busledger``; the audit trail: ``<p>busaudit``;
+  heartbeats: ``<p>businstances``.
 * containers: ``<p>-bus-payloads`` (claim checks) and ``<p>-bus-topics`` (recipient lists).
 """
 
@@ -105,6 +106,11 @@ class Names:
     def audit_table(self) -> str:
         """The operators' audit trail (``bus.audit``): one row per action, by day."""
         return f"{self.prefix}busaudit"
+
+    @property
+    def instances_table(self) -> str:
+        """The processes serving endpoints and their heartbeats (``bus.hosting.heartbeat``)."""
+        return f"{self.prefix}businstances"
 
     @property
     def payload_container(self) -> str:

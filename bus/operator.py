@@ -9,6 +9,8 @@ from bus.audit import AuditRecord
 from bus.context import check_key
 from bus.errors import StateError
 from bus.naming import RESERVED_PREFIX
+from bus.operations import instances as _instances
+from bus.operations.instances import EndpointHealth, Instance
 from bus.parts import Parts
 from bus.protocol import steps
 from bus.protocol.outbox.deferral import Deferrals
@@ -45,6 +47,7 @@ class Operator:
         tables.create_table(names.tokens_table)
         tables.create_table(names.audit_table)
         tables.create_table(names.ledger_table)
+        tables.create_table(names.instances_table)
         blobs.create_container(names.payload_container)
         blobs.create_container(names.topic_container)
         for name in topology.endpoints:
@@ -136,6 +139,18 @@ class Operator:
         replayed, purged, paused, resumed, released, skipped or closed what, and when
         (``bus.audit``)."""
         return self.parts.audit.recent(limit)
+
+    # -- is anything running (bus.operations.instances) ------------------------------------
+    def instances(self) -> list[Instance]:
+        """The processes serving endpoints, from their heartbeats (live or not; one read),
+        most recently seen first."""
+        return _instances.instances(self.parts)
+
+    def health(self, now: float | None = None) -> list[EndpointHealth]:
+        """Per endpoint (readers included): its live instances at ``now`` (default: the
+        clock), its queue's and poison queue's depths; ``unserved`` when messages wait and no
+        live instance serves it."""
+        return _instances.health(self.parts, now)
 
     def _state_table_of(self, endpoint: str) -> str:
         return self.parts.names.state_table(self.parts.topology.endpoint(endpoint).name)

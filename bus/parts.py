@@ -9,6 +9,7 @@ their own seams (``bus.testing.seamed_bus``).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
@@ -16,6 +17,7 @@ from bus.addressing import Addressing
 from bus.audit import AuditTrail
 from bus.endpoint import Endpoint, check_middleware
 from bus.errors import ConfigurationError, StateError
+from bus.hosting.heartbeat import Heartbeat, Kind
 from bus.messages import Message
 from bus.middleware import Middleware
 from bus.naming import Names
@@ -88,6 +90,8 @@ class Parts:
                          if self.telemetry.storage_metrics else storage)
         """The storage the protocol's requests go through."""
         self.settings = settings or Settings()
+        self._heartbeat: Heartbeat | None = None
+        self._heartbeat_lock = threading.Lock()
         self.lanes = Lanes(seams.lanes, self.settings.round_concurrency)
         """Where every receiver of this bus runs its rounds' independent requests."""
         self.attempt_ids = ShardedIds(self.new_id, self.settings.token_shards, seams.shard_run)
@@ -228,6 +232,18 @@ class Parts:
                           serializer=self.serializer, new_id=self.attempt_ids, clock=self.clock,
                           known=self.topology.destinations, seal=self.sealer.seal,
                           session_of=self._session_of, telemetry=self.telemetry)
+
+    def heartbeat(self, kind: Kind) -> Heartbeat | None:
+        """This process's heartbeat (``bus.hosting.heartbeat``): one per ``Bus``, of the kind
+        first asked for; None when ``Settings.heartbeat_seconds`` is None."""
+        every = self.settings.heartbeat_seconds
+        if every is None:
+            return None
+        with self._heartbeat_lock:
+            if self._heartbeat is None:
+                self._heartbeat = Heartbeat(self.observed.tables, self.names.instances_table,
+                                            kind, every, self.clock)
+            return self._heartbeat
 
     def stats_book(self, endpoint: str) -> StatsBook | None:
         """Where ``endpoint``'s receiver tallies its signals (``Settings.stats_flush_seconds``)."""

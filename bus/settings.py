@@ -103,6 +103,11 @@ class Settings(BaseModel):
     """How often a host writes its endpoints' per-minute statistics (throughput, processing
     time, failures: ``bus.observability.stats``, for the dashboard): one row write per endpoint
     per process at most this often. None: not kept."""
+    heartbeat_seconds: float | None = Field(10.0, gt=0)
+    """How often each process serving endpoints (a Functions instance, a polling worker, a
+    Spark stream) writes its heartbeat: one upsert per process (``bus.hosting.heartbeat``).
+    ``python -m bus status`` and the dashboard call it live while its last beat is at most
+    1.5 intervals old. None: no heartbeats (and every endpoint shows no live instance)."""
     stats_retention_days: int = Field(7, ge=1)
     """Days of per-minute statistics maintenance keeps."""
     queue_depth_seconds: float = Field(60.0, gt=0)

@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass, field
 
 from bus.bus import Bus
+from bus.hosting import heartbeat
 from bus.observability import stats
 from bus.protocol.upkeep.sweeper import SweepReport
 
@@ -30,6 +31,8 @@ class MaintenanceReport:
     """Send-ledger rows older than ``Settings.ledger_retention_seconds`` removed."""
     stats_forgotten: int = 0
     """Rows of per-minute statistics older than ``Settings.stats_retention_days`` removed."""
+    instances_forgotten: int = 0
+    """Heartbeat rows of instances last seen over a day ago removed (``heartbeat``)."""
     sessions_released: dict[str, int] = field(default_factory=dict)
     """Per endpoint that skips gaps: first waiting copies of sessions whose gap outlasted the
     reorder window, released to move their session on."""
@@ -40,8 +43,9 @@ class MaintenanceReport:
 def maintenance_pass(bus: Bus, stalled_seconds: float = 300.0) -> MaintenanceReport:
     """Adopt host-poisoned signals, sweep (send marks past their retention included), finish
     stalled outbox records, move sessions on past gaps older than their endpoint's reorder
-    window (``skip_gaps``; reported otherwise), forget old send-ledger rows and old
-    statistics, each part on its own. Safe at any time and from several processes at once."""
+    window (``skip_gaps``; reported otherwise), forget old send-ledger rows, old statistics
+    and instances not seen for a day, each part on its own. Safe at any time and from
+    several processes at once."""
     report = MaintenanceReport()
     endpoints = list(bus.topology.endpoints)
     for name in endpoints:
@@ -76,6 +80,11 @@ def maintenance_pass(bus: Bus, stalled_seconds: float = 300.0) -> MaintenanceRep
                 bus.settings.stats_retention_days)
         except Exception:
             _failed(report, f"forgetting old statistics at {name}")
+    try:
+        report.instances_forgotten = heartbeat.forget(
+            bus.storage.tables, bus.names.instances_table, bus.parts.clock())
+    except Exception:
+        _failed(report, "forgetting instances not seen for a day")
     return report
 
 

@@ -73,14 +73,18 @@ class Worker:
         """Poll until ``stop`` is set: batch after batch while there is work, and while the
         queue is empty (or the endpoint paused, or storage away) wait ``idle_min`` seconds,
         doubling up to ``idle_max`` (the Functions host's polling rule). No message ends the
-        loop: ``poll_once`` settles every outcome and survives storage errors."""
-        idle = idle_min
-        while not stop.is_set():
-            if self.poll_once():
-                idle = idle_min
-                continue
-            stop.wait(idle)
-            idle = min(idle * 2, idle_max)
+        loop: ``poll_once`` settles every outcome and survives storage errors. While it runs,
+        this process's heartbeat names the endpoint (``bus.hosting.heartbeat``)."""
+        heartbeat = self.bus.parts.heartbeat("worker")
+        with (heartbeat.serving(self.receiver.endpoint) if heartbeat is not None
+              else contextlib.nullcontext()):
+            idle = idle_min
+            while not stop.is_set():
+                if self.poll_once():
+                    idle = idle_min
+                    continue
+                stop.wait(idle)
+                idle = min(idle * 2, idle_max)
 
     def poll_once(self) -> int:
         """Lease one batch and process it; returns how many signals it held (a bundle holds

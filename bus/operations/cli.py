@@ -10,6 +10,7 @@
     python -m bus worker [--app function_app] [--endpoint NAME]... [--until-idle]
     python -m bus dlq list|show|replay|purge ENDPOINT [...]   (see bus/operations/dlq.py)
     python -m bus sessions list|show|skip|close ENDPOINT [SESSION]  (bus/operations/sessions.py)
+    python -m bus status [--json] [--check]    instances serving each endpoint, what waits
     python -m bus dashboard [--app function_app] [--host 127.0.0.1 [--allowed-host NAME]...]
                             [--port 8080] [--allow-actions] [--depth-seconds 30]
                             (docs/dashboard.md)
@@ -36,6 +37,7 @@ from bus.operations.apps import DEFAULT_APP, AppError, load_bus
 from bus.operations.audit import audit
 from bus.operations.dlq import dlq
 from bus.operations.sessions import sessions
+from bus.operations.status import status
 from bus.operations.topology_file import DEFAULT_PATH, TopologyFile, drift
 from bus.storage import StorageError
 
@@ -88,6 +90,7 @@ def main() -> None:
 main.add_command(dlq)
 main.add_command(sessions)
 main.add_command(audit)
+main.add_command(status)
 
 
 @main.group()

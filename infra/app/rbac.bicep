@@ -52,6 +52,7 @@ var topology = loadJsonContent('../topology.json')
 // bus/naming.py: Names.tokens_table, Names.ledger_table (both listed in topology.tables).
 var tokensTableName = '${topology.prefix}bustokens'
 var auditTableName = '${topology.prefix}busaudit' // bus/naming.py: Names.audit_table
+var instancesTableName = '${topology.prefix}businstances' // bus/naming.py: Names.instances_table
 var ledgerTableName = '${topology.prefix}busledger'
 var hasProducer = !empty(producerPrincipalId)
 var hasSpark = !empty(sparkPrincipalId)
@@ -65,6 +66,7 @@ var storageBlobDataOwner = 'b7e6dc6d-f1e8-4753-8033-0f276bb0955b' // Storage Blo
 var storageBlobDataContributor = 'ba92f5b4-2d11-453d-a403-e96b0029c9fe' // Storage Blob Data Contributor: read, write, delete blobs (no ACL or ownership)
 var storageBlobDataReader = '2a2b9908-6ea1-4ae2-8e65-a410df84e7d1' // Storage Blob Data Reader: read and list blobs
 var storageTableDataContributor = '0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3' // Storage Table Data Contributor: create tables; read, insert, update, delete entities
+var storageTableDataReader = '76199698-9eea-4c19-bc75-cec21354c6b6' // Storage Table Data Reader: read entities, nothing else
 var monitoringMetricsPublisher = '3913510d-42f4-4e42-8a64-420c390055eb' // Monitoring Metrics Publisher: send telemetry with Entra ID to Application Insights
 
 // Custom roles. Creating a role definition needs Microsoft.Authorization/roleDefinitions/write
@@ -181,6 +183,11 @@ resource tokensTable 'Microsoft.Storage/storageAccounts/tableServices/tables@202
 resource auditTable 'Microsoft.Storage/storageAccounts/tableServices/tables@2023-05-01' existing = {
   parent: tableService
   name: auditTableName
+}
+
+resource instancesTable 'Microsoft.Storage/storageAccounts/tableServices/tables@2023-05-01' existing = {
+  parent: tableService
+  name: instancesTableName
 }
 
 resource stateTables 'Microsoft.Storage/storageAccounts/tableServices/tables@2023-05-01' existing = [for endpoint in topology.endpoints: {
@@ -354,8 +361,8 @@ resource producerPayloads 'Microsoft.Authorization/roleAssignments@2022-04-01' =
 // -- the Spark jobs (optional) ------------------------------------------------------------------
 
 // Sending through the send ledger: ledger records, inbox tokens (insert, fence; and, reading,
-// check, consume, poison); the staging rows.
-var sparkTableNames = [tokensTableName, ledgerTableName, sparkStagingTableName]
+// check, consume, poison); the staging rows; a streaming read's heartbeat (bus/hosting/heartbeat.py).
+var sparkTableNames = [tokensTableName, ledgerTableName, sparkStagingTableName, instancesTableName]
 
 resource sparkTables 'Microsoft.Storage/storageAccounts/tableServices/tables@2023-05-01' existing = [for table in sparkTableNames: {
   parent: tableService
@@ -553,5 +560,17 @@ resource operatorAudit 'Microsoft.Authorization/roleAssignments@2022-04-01' = if
     principalId: operatorPrincipalId
     principalType: operatorPrincipalType
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', storageTableDataContributor)
+  }
+}
+
+// Which processes serve each endpoint (bus/hosting/heartbeat.py): the dashboard's Endpoints page
+// and `python -m bus status` read the heartbeats; only the hosts write them.
+resource operatorInstances 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (hasOperator) {
+  name: guid(instancesTable.id, operatorPrincipalId, storageTableDataReader)
+  scope: instancesTable
+  properties: {
+    principalId: operatorPrincipalId
+    principalType: operatorPrincipalType
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', storageTableDataReader)
   }
 }

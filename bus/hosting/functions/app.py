@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import uuid
 from collections.abc import Generator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -145,6 +146,9 @@ class BusFunctions(df.Blueprint):  # type: ignore[misc]
         self.bus.parts.telemetry.watch_depths(self.depths)  # eobus.queue.depth
         self._add_outbox_orchestration()
         self._add_maintenance()
+        self._hosted = hosted
+        self._beating = False
+        self._beating_lock = threading.Lock()
 
     # -- endpoints ------------------------------------------------------------------------
     def _add_endpoint(self, endpoint: str) -> None:
@@ -155,6 +159,7 @@ class BusFunctions(df.Blueprint):  # type: ignore[misc]
 
         def deliver(loop: asyncio.AbstractEventLoop, msg: func.QueueMessage,
                     trace: Mapping[str, str] | None) -> Delivery:
+            self._beat()
             with handed_off_from(loop):  # async handlers run on the worker's event loop
                 return trigger.deliver(msg.get_body(), msg.dequeue_count or 1, trace,
                                        lease=lease_of(msg))
@@ -173,6 +178,19 @@ class BusFunctions(df.Blueprint):  # type: ignore[misc]
                                connection=self.config.connection)(
                 self.durable_client_input(client_name="client")(run)))
         assert decorated is not None
+
+    def _beat(self) -> None:
+        """From this instance's first invocation on, its heartbeat names the hosted endpoints
+        (``bus.hosting.heartbeat``). Not at import: the command line imports the app too."""
+        if self._beating:
+            return
+        with self._beating_lock:
+            if self._beating:
+                return
+            self._beating = True
+        heartbeat = self.bus.parts.heartbeat("functions")
+        if heartbeat is not None:
+            heartbeat.serve(self._hosted)
 
     # -- outbox fan-out -------------------------------------------------------------------
     def _add_outbox_orchestration(self) -> None:

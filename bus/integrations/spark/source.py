@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -218,10 +219,11 @@ class BusStreamReader(DataSourceStreamReader):
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
         self._consumer: StreamConsumer | None = None
+        self._serving: AbstractContextManager[None] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark ships the reader to the executors for ``read``: without the storage clients.
-        return {"options": self.options, "_consumer": None}
+        return {"options": self.options, "_consumer": None, "_serving": None}
 
     @property
     def consumer(self) -> StreamConsumer:
@@ -233,7 +235,17 @@ class BusStreamReader(DataSourceStreamReader):
                 drainer, staging, self.options.consumer,
                 max_rows=self.options.max_rows_per_trigger, partitions=self.options.partitions,
                 poll_seconds=self.options.poll_seconds)
+            heartbeat = drainer.bus.parts.heartbeat("spark")  # while the query runs
+            if heartbeat is not None:
+                self._serving = heartbeat.serving(self.options.endpoint)
+                self._serving.__enter__()
         return self._consumer
+
+    def stop(self) -> None:
+        """The query stopped: this process no longer serves the endpoint."""
+        serving, self._serving = self._serving, None
+        if serving is not None:
+            serving.__exit__(None, None, None)
 
     def initialOffset(self) -> dict[str, int]:  # noqa: N802 (Spark's name)
         return self.consumer.initial_offset()

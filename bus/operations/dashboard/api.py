@@ -49,6 +49,19 @@ def _endpoint_routes(api: APIRouter, monitor: Monitor) -> None:
         rows = [_endpoint_row(monitor, name, period) for name in monitor.endpoints]
         return models.Endpoints(now=monitor.poller.now(), period=period, endpoints=rows)
 
+    @api.get("/instances", tags=["endpoints"])
+    def instances() -> models.Instances:
+        """The processes serving endpoints (Functions instances, polling workers, Spark
+        streams), from their heartbeats, most recently seen first; live or not."""
+        reading = monitor.instances()
+        if reading.value is None:
+            raise HTTPException(503, f"the instances could not be read: {reading.error}")
+        now = monitor.poller.now()
+        return models.Instances(now=now, instances=[
+            models.InstanceItem(**{**dataclasses.asdict(i), "endpoints": list(i.endpoints)},
+                                live=i.live(now))
+            for i in reading.value])
+
     @api.post("/endpoints/{endpoint}/pause", tags=["endpoints"])
     def pause(endpoint: str, request: models.PauseRequest) -> models.PauseResult:
         """Stop every worker of the endpoint from consuming for ``seconds`` (``bus.pause``)."""
@@ -199,12 +212,17 @@ def _endpoint_row(monitor: Monitor, name: str, period: float) -> models.Endpoint
         "depth": monitor.depth(name), "oldest": monitor.oldest(name),
         "poison": monitor.poisoned(name),
         "paused": monitor.paused(name), "deferred": monitor.deferred_count(name),
-        "scheduled": monitor.scheduled_count(name), "stats": monitor.stats(name, period)}
+        "scheduled": monitor.scheduled_count(name), "stats": monitor.stats(name, period),
+        "instances": monitor.instances()}
     errors = {field: r.error for field, r in readings.items() if r.error is not None}
     paused = readings["paused"].value
     stats = readings["stats"].value
     letters = readings["poison"].value
     oldest = readings["oldest"].value
+    known = readings["instances"].value
+    now = monitor.poller.now()
+    live = None if known is None else [i.id for i in known
+                                        if name in i.endpoints and i.live(now)]
     return models.EndpointRow(
         name=name, queue=monitor.bus.names.queue(name), depth=readings["depth"].value,
         oldest_age_seconds=None if oldest is None else max(0.0, time.time() - oldest),
@@ -212,7 +230,8 @@ def _endpoint_row(monitor: Monitor, name: str, period: float) -> models.Endpoint
         paused=models.PauseInfo(until=paused.until, reason=paused.reason) if paused else None,
         deferred=readings["deferred"].value, scheduled=readings["scheduled"].value,
         stats=None if stats is None else models.Stats.model_validate(_fields(stats)),
-        read_at=min(r.read_at for r in readings.values()), errors=errors)
+        read_at=min(r.read_at for r in readings.values()), live=live,
+        unserved=live == [] and bool(readings["depth"].value), errors=errors)
 
 
 def _pause_result(monitor: Monitor, endpoint: str) -> models.PauseResult:

@@ -63,8 +63,37 @@ class EndpointRow(BaseModel):
     stats: Stats | None
     read_at: float
     """When the oldest of the cached readings shown here was taken."""
+    live: list[str] | None = None
+    """The ids of the live instances serving it (their heartbeats); None when unread."""
+    unserved: bool = False
+    """Messages wait in its queue and no live instance serves it."""
     errors: dict[str, str] = Field(default_factory=dict)
     """Readings that failed, by field: their error."""
+
+
+class InstanceItem(BaseModel):
+    """A process serving endpoints, as its last heartbeat says (``bus.hosting.heartbeat``)."""
+
+    id: str
+    kind: str
+    """``functions``, ``worker`` or ``spark``."""
+    host: str
+    pid: int
+    version: str
+    endpoints: list[str]
+    started_at: float
+    last_seen: float
+    every: float
+    """Its heartbeat interval (seconds)."""
+    stopped: bool
+    live: bool
+    """Not stopped, and last seen at most 1.5 intervals ago."""
+
+
+class Instances(BaseModel):
+    now: float
+    instances: list[InstanceItem]
+    """Most recently seen first."""
 
 
 class Endpoints(BaseModel):

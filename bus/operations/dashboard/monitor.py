@@ -17,6 +17,7 @@ from bus.bus import Bus, Pause
 from bus.errors import ConfigurationError
 from bus.operations import conversation, overview
 from bus.operations.dashboard.poller import Poller, Reading
+from bus.operations.instances import Instance
 from bus.protocol.outbox.deferral import DeferredMessage
 from bus.protocol.poison.poisoned import PoisonedMessage, ReplayResult
 from bus.protocol.sessions.admin import SessionInfo, Sessions
@@ -61,6 +62,10 @@ class Monitor:
             with self._locks[endpoint]:
                 return self.bus.poisoned(endpoint).entries(adopt=False)  # a read changes nothing
         return self.poller.get(("poison", endpoint), read)
+
+    def instances(self) -> Reading[list[Instance]]:
+        """Every instance's last heartbeat (one query, shared by the endpoints' rows)."""
+        return self.poller.get(("instances",), self.bus.instances)
 
     def paused(self, endpoint: str) -> Reading[Pause | None]:
         return self.poller.get(("paused", endpoint), lambda: self.bus.paused(endpoint))

@@ -351,3 +351,27 @@ def test_the_vendored_swagger_ui_is_node_modules_copy() -> None:
             f"static/vendor/swagger-ui/{name} differs from node_modules' copy: copy it again")
     pinned = json.loads((ROOT / "package.json").read_text())["dependencies"]["swagger-ui-dist"]
     assert json.loads((installed / "package.json").read_text())["version"] == pinned
+
+
+def test_instances_and_an_unserved_endpoint(bus: Bus, client: TestClient) -> None:
+    from bus.hosting.heartbeat import Heartbeat
+
+    bus.send(Ship(order_id="s1"))  # waits at orders: nobody serves it
+    assert client.get("/api/instances").json()["instances"] == []
+    assert (row(client, "orders")["live"], row(client, "orders")["unserved"]) == ([], True)
+    assert row(client, "payments")["unserved"] is False  # nothing waits there
+    beat = Heartbeat(bus.storage.tables, bus.names.instances_table, "worker", 10.0, time.time,
+                     instance="w1")
+    with beat.serving("orders"):  # beats on its thread until the block ends
+        deadline = time.monotonic() + 30
+        while not client.get("/api/instances").json()["instances"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert row(client, "orders")["live"] == ["w1"]
+        [listed] = client.get("/api/instances").json()["instances"]
+        assert (listed["id"], listed["kind"], listed["endpoints"], listed["live"]) == (
+            "w1", "worker", ["orders"], True)
+    # the last one out wrote the row stopped
+    assert row(client, "orders")["unserved"] is True
+    [listed] = client.get("/api/instances").json()["instances"]
+    assert (listed["live"], listed["stopped"]) == (False, True)

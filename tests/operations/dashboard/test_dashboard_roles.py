@@ -24,6 +24,7 @@ from tests.operations.infra.test_roles import (
     QUEUE_MESSAGE_SENDER,
     STATE_TABLES,
     TABLE_DATA_CONTRIBUTOR,
+    TABLE_DATA_READER,
     of,
 )
 
@@ -39,6 +40,8 @@ QUEUE_ROLES = {  # which roles allow a call of the queue port
     "peek": {QUEUE_DATA_READER, QUEUE_DATA_CONTRIBUTOR},
 }
 """Any other queue call (receive, extend, delete) needs Storage Queue Data Contributor."""
+TABLE_READS = {"get", "get_many", "query"}
+"""Table calls Storage Table Data Reader allows; any other needs the Contributor."""
 
 FAILING = {"on": True}
 
@@ -92,6 +95,7 @@ def label(bus: Bus, service: str, resource: str) -> str:
              ("queue", names.poison_queue("payments")): POISON_QUEUES,
              ("table", names.tokens_table): "table:tokensTableName",
              ("table", names.audit_table): "table:auditTableName",
+             ("table", names.instances_table): "table:instancesTableName",
              ("table", names.state_table("payments")): STATE_TABLES,
              ("blob", names.payload_container): "container:payloadContainerName"}
     return known.get((service, resource), f"{service}:{resource} (no role of the operators')")
@@ -100,7 +104,10 @@ def label(bus: Bus, service: str, resource: str) -> str:
 def allowed(service: str, call: str) -> set[str]:
     if service == "queue":
         return QUEUE_ROLES.get(call, {QUEUE_DATA_CONTRIBUTOR})
-    return {TABLE_DATA_CONTRIBUTOR} if service == "table" else {BLOB_DATA_CONTRIBUTOR}
+    if service == "table":
+        return ({TABLE_DATA_READER, TABLE_DATA_CONTRIBUTOR} if call in TABLE_READS
+                else {TABLE_DATA_CONTRIBUTOR})
+    return {BLOB_DATA_CONTRIBUTOR}
 
 
 @pytest.fixture
@@ -151,6 +158,7 @@ def test_every_route_needs_only_the_operators_roles(
         "GET /api/conversation": lambda: client.get(
             f"/api/conversation?id={first['message_id']}"),
         "GET /api/settings": lambda: client.get("/api/settings"),
+        "GET /api/instances": lambda: client.get("/api/instances"),
         "GET /api/audit": lambda: client.get("/api/audit?limit=20"),
     }
     routes = {f"{method.upper()} {path}"
@@ -168,4 +176,4 @@ def test_every_route_needs_only_the_operators_roles(
     assert dict(refused) == {}
     touched = {label(bus, service, resource) for service, resource, _ in recorded.calls}
     assert {ENDPOINT_QUEUES, POISON_QUEUES, "table:tokensTableName", STATE_TABLES,
-            "table:auditTableName"} <= touched
+            "table:auditTableName", "table:instancesTableName"} <= touched

@@ -53,6 +53,7 @@ BLOB_DATA_OWNER = "b7e6dc6d-f1e8-4753-8033-0f276bb0955b"
 BLOB_DATA_CONTRIBUTOR = "ba92f5b4-2d11-453d-a403-e96b0029c9fe"
 BLOB_DATA_READER = "2a2b9908-6ea1-4ae2-8e65-a410df84e7d1"
 TABLE_DATA_CONTRIBUTOR = "0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3"
+TABLE_DATA_READER = "76199698-9eea-4c19-bc75-cec21354c6b6"
 MONITORING_METRICS_PUBLISHER = "3913510d-42f4-4e42-8a64-420c390055eb"
 WEBSITE_CONTRIBUTOR = "de139f84-1756-47ae-9be6-808fbbe84772"
 
@@ -301,6 +302,7 @@ def test_each_principal_holds_exactly_its_roles_on_its_scopes() -> None:
         (TABLE_DATA_CONTRIBUTOR, "table:tokensTableName"),
         (TABLE_DATA_CONTRIBUTOR, "table:ledgerTableName"),
         (TABLE_DATA_CONTRIBUTOR, "table:sparkStagingTableName"),
+        (TABLE_DATA_CONTRIBUTOR, "table:instancesTableName"),
         (BLOB_DATA_CONTRIBUTOR, "container:payloadContainerName"),
         (BLOB_DATA_CONTRIBUTOR, "container:sparkStagingContainerName"),
         (BLOB_DATA_READER, "container:topicContainerName"),
@@ -319,6 +321,7 @@ def test_each_principal_holds_exactly_its_roles_on_its_scopes() -> None:
         (TABLE_DATA_CONTRIBUTOR, "table:tokensTableName"),
         (TABLE_DATA_CONTRIBUTOR, STATE_TABLES),
         (TABLE_DATA_CONTRIBUTOR, "table:auditTableName"),
+        (TABLE_DATA_READER, "table:instancesTableName"),
         (BLOB_DATA_CONTRIBUTOR, "container:payloadContainerName"),
     }
     assert of("publisherPrincipalId") == {(WEBSITE_CONTRIBUTOR, "site:functionAppName")}
@@ -377,6 +380,9 @@ def test_the_table_and_container_names_are_the_ones_the_code_uses() -> None:
     prefix = names["prefix"]
     assert variable(RBAC, "tokensTableName") == "${topology.prefix}bustokens"
     assert variable(RBAC, "ledgerTableName") == "${topology.prefix}busledger"
+    assert variable(RBAC, "instancesTableName") == "${topology.prefix}businstances"
+    assert Names(prefix).instances_table == f"{prefix}businstances"
+    assert Names(prefix).instances_table in names["tables"]
     assert {Names(prefix).tokens_table, Names(prefix).ledger_table} <= set(names["tables"])
     assert Names(prefix).tokens_table == f"{prefix}bustokens"
     assert Names(prefix).ledger_table == f"{prefix}busledger"

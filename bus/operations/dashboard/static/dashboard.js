@@ -68,7 +68,8 @@ function modeBadge() {
 
 function endpointsPage() {
   return {
-    ...base(), data: null, period: 3600, pausing: null, minutes: 15, reason: "", timer: null,
+    ...base(), data: null, instances: null, period: 3600, pausing: null, minutes: 15,
+    reason: "", timer: null,
     async init() {
       await this.loadSettings();
       await this.load();
@@ -76,8 +77,11 @@ function endpointsPage() {
       this.timer = setInterval(() => this.load(), every);
     },
     async load() {
-      try { this.data = await api(`/endpoints?period=${this.period}`); this.error = ""; }
-      catch (e) { this.error = e.message; }
+      try {
+        this.data = await api(`/endpoints?period=${this.period}`);
+        this.instances = await api("/instances");
+        this.error = "";
+      } catch (e) { this.error = e.message; }
     },
     oldestRead() { return Math.min(...this.data.endpoints.map((e) => e.read_at)); },
     rate(stats) { return (stats.processed / (stats.seconds / 60)).toFixed(1); },
