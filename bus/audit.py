@@ -35,8 +35,9 @@ from bus.storage import Entity, Tables
 
 log = logging.getLogger(__name__)
 
-ACTIONS = ("replay", "purge", "pause", "resume", "release", "skip", "close")
-"""The operator actions the trail records."""
+ACTIONS = ("replay", "purge", "pause", "resume", "release", "skip", "close", "retry")
+"""The operator actions the trail records (``retry``: maintenance's automatic retry of a
+message the Functions host moved to the poison queue after a crash)."""
 MAX_IDS = 100
 """Ids a record lists per list (the rest are counted), and ``MAX_TEXT`` the characters of any
 other text it keeps: a record stays inside a table row's property, whatever it was asked."""

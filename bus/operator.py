@@ -84,7 +84,9 @@ class Operator:
             queues=parts.observed.queues, inbox=parts.inbox, payloads=parts.payloads,
             clock=parts.clock, new_id=parts.new_id, peek_lease=parts.settings.peek_lease_seconds,
             sealer=parts.sealer, safeguards=parts.safeguards,
-            settle=settler.settle if settler is not None else None, audit=parts.audit.record)
+            settle=settler.settle if settler is not None else None, audit=parts.audit.record,
+            crash_retry_delays=parts.settings.crash_retry_delays,
+            host_deliveries=parts.settings.max_delivery_count + 1)
 
     def deferred(self, endpoint: str) -> Deferrals:
         """The messages ``endpoint``'s handlers deferred: list, fetch by id, release."""

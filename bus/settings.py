@@ -7,7 +7,7 @@ import os
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -42,6 +42,14 @@ class Settings(BaseModel):
     max_delivery_count: int = Field(5, ge=1)
     """Deliveries of a signal whose handler raises before it goes to the poison queue
     (the Functions host's maxDequeueCount default)."""
+    crash_retry_delays: tuple[Annotated[float, Field(ge=0, le=7 * 24 * 3600)], ...] = (
+        60.0, 600.0)
+    """Automatic retries of a message the Functions host moved to the poison queue itself -
+    its last delivery never ended: the instance crashed, stopped or timed out, since the
+    bus poisons a handler's last failure itself, with the reason - and the wait before each
+    (seconds from its adoption by maintenance; ``bus.protocol.poison.poisoned``). Each is
+    audited; after the last the message stays in the poison queue, marked as a crash, for an
+    operator. ``()``: none."""
     lease_seconds: float = Field(600.0, gt=0)
     """How long a worker leases a queue message (the Functions host leases for 10 minutes and
     renews at half-time)."""
@@ -159,8 +167,12 @@ class Settings(BaseModel):
             if raw.lower() in NONE_WORDS and _may_be_none(field.annotation):
                 update[name] = None
                 continue
+            value: Any = raw
+            if typing.get_origin(field.annotation) is tuple:  # a list: "60,600", or "off"
+                value = [] if raw.lower() in NONE_WORDS else [
+                    item.strip() for item in raw.split(",")]
             try:
-                update[name] = getattr(cls.model_validate({name: raw}), name)
+                update[name] = getattr(cls.model_validate({name: value}), name)
             except ValidationError as exc:
                 reason = "; ".join(error["msg"] for error in exc.errors())
                 problems.append(f"{setting_name(name)}={raw!r} is invalid: {reason}")

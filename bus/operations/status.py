@@ -48,7 +48,7 @@ def status(as_json: bool, check: bool, app: str) -> None:
     else:
         _print(endpoints, known, now)
     if check and any(item.unserved for item in endpoints):
-        raise SystemExit(1)
+        click.get_current_context().exit(1)
 
 
 def _endpoint_json(item: EndpointHealth) -> dict[str, object]:

@@ -24,11 +24,23 @@ between makes poisoning the token fail. Were it to land after the copy is sent a
 deleted, the token would be poisoned with nothing left to replay it, and the copy dropped.
 
 The Functions host moves a message to the poison queue itself when its function raised on
-the last delivery allowed: unchanged - a signal, or a whole bundle - without a reason, its
-tokens still live, and (like any message the host sends) expiring after 7 days. Every
-operation here first **adopts** such messages (``adopt``; maintenance runs it too): one entry
-of the bus's own per signal, with its envelope, its token poisoned, never expiring - then it
-is listed, replayed and purged like any other.
+the last delivery allowed, or when its dequeue count is over the maximum before it invokes the
+function at all: unchanged - a signal, or a whole bundle - without a reason, its tokens still
+live, and (like any message the host sends) expiring after 7 days. The bus's trigger poisons a
+handler's last failure itself, with the reason, so what the host moves is a message whose last
+delivery never ended: the instance crashed, was stopped, or the invocation timed out - a
+**crash**, not a failure (a crash loop moves every message its instances had leased). Every
+operation here first **adopts** such messages (``adopt``; maintenance runs it too), per signal:
+
+* while it has automatic retries left (``crash_retry_delays``, ``Settings.crash_retry_delays``)
+  its signal is sent again after the next one's wait, its token rewritten first by
+  compare-and-swap - live, counting the retry, carrying the signal and when it is due (so the
+  sweeper sends it again should the send not happen) - and the retry audited; nothing waits in
+  the poison queue meanwhile;
+* then, or when its token is not live, an entry of the bus's own, with its envelope, its
+  token poisoned, never expiring, marked as a crash (``PoisonedMessage.crashed``) with the
+  retries it had, and the delivery count the host moved it at (the maximum and one, plus
+  what a copy put back carried) - listed, replayed and purged like any other.
 
 A replay sends only the copy the bus recorded: the poisoning that poisoned a token records the
 digest of that copy in it (``Token.poisoned_by``), and the sender wrote its lineage (type,
@@ -60,9 +72,11 @@ raced leave one each, and ``adopt`` deletes all but the oldest.
 
 from __future__ import annotations
 
+import base64
 import binascii
 import contextlib
 import enum
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -72,6 +86,7 @@ from bus.audit import Audit
 from bus.envelope import (
     BadSignal,
     Envelope,
+    carried_deliveries,
     decode_signal,
     encode_signal,
     split_bundle,
@@ -88,6 +103,8 @@ from bus.protocol.tokens.inbox import Inbox, Lineage, Token, TokenState
 from bus.protocol.tokens.verdict import Verdict, verdict
 from bus.storage import NotFound, QueueMessage, Queues, StorageError
 
+log = logging.getLogger(__name__)
+
 HOST_REASON = "moved to the poison queue by the host after its maximum dequeue count"
 _PAGE = 32  # the most messages one receive returns
 _RELEASE_ATTEMPTS = 3
@@ -101,10 +118,18 @@ class PoisonedMessage:
     id: str
     entry: PoisonEntry
     token: TokenState | None  # of the message in the inbox; None: gone (or no envelope)
+    recoveries: int = 0
+    """The automatic retries its message had after crashes (``Settings.crash_retry_delays``)."""
 
     @property
     def replayable(self) -> bool:
         return self.entry.envelope is not None and self.entry.original_body != ""
+
+    @property
+    def crashed(self) -> bool:
+        """Moved here by the Functions host, not for a handler's failure: its last delivery
+        never ended (a crash, a timeout, an instance stopped) - shown apart from failures."""
+        return self.entry.reason == HOST_REASON
 
 
 class ReplayResult(str, enum.Enum):
@@ -127,11 +152,17 @@ class PoisonedMessages:
                  sealer: Sealer | None = None,
                  safeguards: Safeguards | None = None,
                  settle: Callable[[Envelope], None] | None = None,
-                 audit: Audit | None = None) -> None:
+                 audit: Audit | None = None, crash_retry_delays: tuple[float, ...] = (),
+                 host_deliveries: int = 6) -> None:
         """``sealer``: verifies a signed copy and signs it anew, for a replay that drops its
         ``expires_at`` (the app's keys). ``settle``: completes the unfinished outbox record of
         a message before a purge deletes its token (``bus.protocol.receive.settle``), raising
-        when it cannot yet."""
+        when it cannot yet. ``crash_retry_delays``: the automatic retries of what the host
+        moved here (``Settings.crash_retry_delays``). ``host_deliveries``: the delivery count
+        at which the host moves a message without invoking its function (the max delivery
+        count and one)."""
+        self._crash_delays = crash_retry_delays
+        self._host_deliveries = host_deliveries
         self._settle = settle
         self._audit = audit
         self.refusals: dict[str, str] = {}
@@ -417,21 +448,22 @@ class PoisonedMessages:
                 and envelope.destination == self.endpoint)
 
     def _listed(self, message: QueueMessage, entry: PoisonEntry) -> PoisonedMessage:
-        state = None
+        token = None
         if entry.envelope is not None:
             token = self._inbox.read(self.endpoint, entry.envelope.attempt_id)
-            state = token.state if token is not None else None
-        return PoisonedMessage(message.id, entry, state)
+        return PoisonedMessage(message.id, entry, token.state if token is not None else None,
+                               token.recoveries if token is not None else 0)
 
     def _adopt(self, message: QueueMessage) -> int:
-        """One message the host put here: an entry per signal, then the message goes."""
+        """One message the host put here: per signal an automatic retry or an entry, then
+        the message goes."""
         bodies = split_bundle(message.body) or [message.body]
         for body in bodies:
-            self._adopt_signal(body, message.dequeue_count)
+            self._adopt_signal(body)
         self._queues.delete(self._poison, message)
         return len(bodies)
 
-    def _adopt_signal(self, body: str, dequeue_count: int) -> None:
+    def _adopt_signal(self, body: str) -> None:
         try:
             envelope: Envelope | None = decode_signal(body)
         except BadSignal:
@@ -441,10 +473,56 @@ class PoisonedMessages:
             token = self._inbox.read(self.endpoint, envelope.attempt_id)
             if verdict(token).duplicate:
                 return  # processed (or never to be) since: nothing to replay
-        self._writer.put(body, reason=HOST_REASON, dequeue_count=dequeue_count,
+            if token is not None and self._retried(token, body, envelope):
+                return
+        self._writer.put(body, reason=HOST_REASON, dequeue_count=self._deliveries(body),
                          now=self._clock(), envelope=envelope)
         if token is not None and verdict(token) is Verdict.PROCESS:
             self._inbox.poison(token, self._clock(), poisoned_by=signal_digest(body))
+
+    def _deliveries(self, body: str) -> int:
+        """The delivery count of a signal the host moved here: the host moves a message
+        whose dequeue count is over the maximum before invoking its function (the bus's
+        trigger poisons a handler's last failure itself), plus the deliveries a copy put back
+        carried."""
+        try:
+            _, carried = carried_deliveries(base64.b64decode(body, validate=True))
+        except (ValueError, binascii.Error):
+            carried = 0
+        return carried + self._host_deliveries
+
+    def _retried(self, token: Token, body: str, envelope: Envelope) -> bool:
+        """Send a crashed message's signal again after the wait of its next automatic retry
+        (``crash_retry_delays``), counted on its token; False when its retries are used up
+        (or its token is not live: pending, or poisoned already) and it becomes an entry.
+
+        The token is rewritten first, by compare-and-swap, carrying the signal and when it
+        is due: of two adoptions of one message only one counts a retry per token version,
+        and one that stops before the send leaves a token the sweeper signals
+        (``Settings.release_resend_seconds`` after it was due). The signal goes without the
+        deliveries a copy carried: the retry counts its deliveries afresh, as a replay does."""
+        for _ in range(_ROUNDS):
+            if token.state is not TokenState.LIVE or token.recoveries >= len(self._crash_delays):
+                return False
+            delay = min(self._crash_delays[token.recoveries], self._queues.limits.longest_delay)
+            signal = as_sent(body)
+            now = self._clock()
+            if self._audit is not None:
+                self._audit("retry", self.endpoint, {
+                    "messages": [envelope.message_id], "retry": token.recoveries + 1,
+                    "of": len(self._crash_delays), "delay": delay})
+            if self._inbox.revive(token, now, signal, recovery=True, due=now + delay):
+                self._queues.send(self._queue, signal, delay=delay)
+                log.warning("%s: %s was moved to the poison queue by the host without a "
+                            "handler failure (a crash?): automatic retry %d of %d in %g s",
+                            self.endpoint, envelope.message_id, token.recoveries + 1,
+                            len(self._crash_delays), delay)
+                return True
+            found = self._inbox.read(self.endpoint, envelope.attempt_id)
+            if found is None or verdict(found).duplicate or found.recoveries > token.recoveries:
+                return True  # processed since, or retried by another adoption
+            token = found
+        raise Contention(f"the token of {envelope.message_id} kept changing")
 
     @staticmethod
     def _ours(message: QueueMessage) -> bool:

@@ -136,6 +136,9 @@ class Token:
     """What a poisoning recorded of the copy it poisoned the token for: its digest
     (``bus.protocol.poison.queue.signal_digest``), so that a replay sends that copy and no
     other with the same ids (kept while the token lives on: a replay revives it)."""
+    recoveries: int = 0
+    """Automatic replays after the Functions host moved the message to the poison queue
+    without a handler failure (a crash: ``bus.protocol.poison.poisoned``), so far."""
 
     @property
     def processable(self) -> bool:
@@ -330,12 +333,17 @@ class Inbox:
             return None
         return replace(live, etag=etag)
 
-    def revive(self, token: Token, now: float, signal: str) -> bool:
+    def revive(self, token: Token, now: float, signal: str, *, recovery: bool = False,
+               due: float | None = None) -> bool:
         """Make a token live again for a poison-queue replay - a poisoned one, or a live or
         pending one rewritten live, so that its ETag changes - carrying the ``signal`` the
         replay sends next (the sweeper sends it again if the replay stops before it does);
-        False if it changed."""
-        return self._move(replace(token, orphan=False, signal=signal), TokenState.LIVE, now)
+        ``recovery``: an automatic retry of a crashed message, counted on the token, whose
+        signal is ``due`` then (the sweeper waits for it). False if it changed."""
+        return self._move(replace(token, orphan=False, signal=signal,
+                                  recoveries=token.recoveries + recovery,
+                                  due=due if due is not None else token.due),
+                          TokenState.LIVE, now)
 
     def defer(self, token: Token, signal: str, now: float) -> bool:
         """Set a live token aside with the signal to send when it is released, and index it by
@@ -587,12 +595,14 @@ def _token(row: Entity) -> Token:
     origin = (Origin(str(props["origin_endpoint"]), str(props["origin_partition"]),
                      str(props["origin_attempt"])) if "origin_endpoint" in props else None)
     due = props.get("due")
+    recoveries = props.get("recoveries", 0)
     return Token(endpoint, row.row_key, TokenState(str(props["state"])),
                  str(props.get("message_id", "")),
                  float(since) if isinstance(since, (int, float)) else 0.0, row.etag,
                  generation if isinstance(generation, int) else 0, signal, origin,
                  float(due) if isinstance(due, (int, float)) else None,
-                 props.get("orphan") is True, _lineage(props), _digest(props.get("poisoned_by")))
+                 props.get("orphan") is True, _lineage(props), _digest(props.get("poisoned_by")),
+                 recoveries if isinstance(recoveries, int) and recoveries > 0 else 0)
 
 
 def _digest(value: EntityValue | None) -> str | None:
@@ -629,6 +639,8 @@ def _entity(token: Token, property_bytes: int) -> Entity:
             properties["causation_id"] = token.lineage.causation_id
     if token.poisoned_by is not None:
         properties["poisoned_by"] = token.poisoned_by
+    if token.recoveries:
+        properties["recoveries"] = token.recoveries
     if token.origin is not None:
         properties.update({"origin_endpoint": token.origin.endpoint,
                            "origin_partition": token.origin.partition,

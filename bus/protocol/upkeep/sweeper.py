@@ -8,8 +8,9 @@ What can be left behind, and when it is removed:
 * a claim-check blob whose token is gone or fenced - at once (tokens are created before
   their payload blob, so such a blob can never be needed again); a deferred message keeps its
   token, so its blob stays;
-* a released deferral (a live token of a later generation) or a replayed message (a token a
-  poison-queue replay made live) still unprocessed after ``release_resend`` seconds - its
+* a released deferral (a live token of a later generation), a replayed message (a token a
+  poison-queue replay made live) or a crashed message retried automatically (a token due
+  later) still unprocessed ``release_resend`` seconds after it was due - its
   signal is sent again, at every sweep until it is processed (the release or the replay may
   have stopped between making the token live and sending; a second signal is a harmless
   duplicate). It is never presumed an orphan: its token carries its signal;
@@ -102,7 +103,7 @@ class Sweeper:
                 self._inbox.delete_if_unchanged(token)
                 report.fences_removed += 1
             elif (token.state is TokenState.LIVE and token.signal
-                  and age > self._release_resend):
+                  and now - max(token.since, token.due or 0.0) > self._release_resend):
                 # A released deferral or a replayed message carries its signal: never a
                 # presumed orphan, since the sweeper itself can always make its signal come.
                 self._resend(token.endpoint, token.signal)

@@ -365,6 +365,11 @@ class Console:
         for info in sessions.list()[:1]:
             sessions.get(info.session, info.partition if draw < 0.5 else None)
         bus.read_state(endpoint, "p0", "counter")
+        bus.instances()
+        if draw < 0.5:
+            bus.health()
+        else:
+            bus.health(now=self._world.now())
         bus.flush_stats()
         if draw < 0.5:
             bus.audit_trail(limit=20)
@@ -385,6 +390,7 @@ class Console:
             self._command("sessions", "show", endpoint, info["session"], *partition)
         self._command("sessions", "list", endpoint, *json_output)
         self._command("audit", *(["--limit", "20"] if draw < 0.5 else []), *json_output)
+        self._command("status", *json_output, *(["--check"] if draw >= 0.5 else []))
 
     def _read_by_route(self, endpoint: str, draw: float) -> None:
         if self._api is None:
@@ -401,6 +407,7 @@ class Console:
         self._route("GET", "/api/sessions", options, **scoped)
         self._route("GET", "/api/scheduled", options, **scoped)
         self._route("GET", "/api/conversation", [], id=self._some_message_id())
+        self._route("GET", "/api/instances", [])
         self._route("GET", "/api/audit", ["limit"] if draw < 0.5 else [],
                     limit=20 if draw < 0.5 else 100)
 
