@@ -35,9 +35,11 @@ from bus.storage import Entity, Tables
 
 log = logging.getLogger(__name__)
 
-ACTIONS = ("replay", "purge", "pause", "resume", "release", "skip", "close", "retry")
-"""The operator actions the trail records (``retry``: maintenance's automatic retry of a
-message the Functions host moved to the poison queue after a crash)."""
+ACTIONS = ("replay", "purge", "pause", "resume", "release", "skip", "close")
+"""The operator actions the trail records."""
+AUTOMATIC_ACTIONS = ("retry",)
+"""What the bus does on its own that the trail records too: maintenance's automatic retry of
+a message the Functions host moved to the poison queue after a crash."""
 MAX_IDS = 100
 """Ids a record lists per list (the rest are counted), and ``MAX_TEXT`` the characters of any
 other text it keeps: a record stays inside a table row's property, whatever it was asked."""
@@ -100,7 +102,7 @@ class AuditTrail:
     def record(self, action: str, endpoint: str, target: Mapping[str, Any]) -> None:
         """Write the record of an action about to run (one insert); raises the storage
         error when it cannot, and the action must not run then."""
-        if action not in ACTIONS:
+        if action not in ACTIONS + AUTOMATIC_ACTIONS:
             raise ValueError(f"not an audited action: {action!r}")
         at, by = self._clock(), who()
         shown = _bounded(target)

@@ -109,7 +109,8 @@ class Names:
 
     @property
     def instances_table(self) -> str:
-        """The processes serving endpoints and their heartbeats (``bus.hosting.heartbeat``)."""
+        """The processes serving endpoints, their heartbeats (``bus.observability.heartbeat``);
+        the alerts' states (``bus.hosting.alerts``)."""
         return f"{self.prefix}businstances"
 
     @property

@@ -9,15 +9,15 @@ from bus.audit import AuditRecord
 from bus.context import check_key
 from bus.errors import StateError
 from bus.naming import RESERVED_PREFIX
-from bus.operations import instances as _instances
-from bus.operations.instances import EndpointHealth, Instance
+from bus.observability import heartbeat
+from bus.observability.heartbeat import EndpointHealth, Instance
 from bus.parts import Parts
 from bus.protocol import steps
 from bus.protocol.outbox.deferral import Deferrals
 from bus.protocol.poison.poisoned import PoisonedMessages
 from bus.protocol.sessions.admin import Sessions
 from bus.protocol.upkeep.sweeper import Sweeper
-from bus.storage import Entity, EntityValue, NotFound
+from bus.storage import Entity, EntityValue, NotFound, StorageError
 
 _PAUSE_KEY = ("~bus", "~pause")  # a row key users cannot write (state keys never start with ~)
 
@@ -142,17 +142,31 @@ class Operator:
         (``bus.audit``)."""
         return self.parts.audit.recent(limit)
 
-    # -- is anything running (bus.operations.instances) ------------------------------------
+    # -- is anything running (bus.observability.heartbeat) ------------------------------------
     def instances(self) -> list[Instance]:
         """The processes serving endpoints, from their heartbeats (live or not; one read),
-        most recently seen first."""
-        return _instances.instances(self.parts)
+        most recently seen first (``bus.observability.heartbeat``)."""
+        return heartbeat.instances(self.parts.observed.tables, self.parts.names.instances_table)
 
     def health(self, now: float | None = None) -> list[EndpointHealth]:
-        """Per endpoint (readers included): its live instances at ``now`` (default: the
-        clock), its queue's and poison queue's depths; ``unserved`` when messages wait and no
-        live instance serves it."""
-        return _instances.health(self.parts, now)
+        """Per endpoint (the app's, then its readers'): its live instances at ``now`` (default:
+        the clock), its queue's and poison queue's lengths (two requests an endpoint);
+        ``unserved`` when messages wait and no live instance serves it."""
+        parts = self.parts
+        now = parts.clock() if now is None else now
+        known = self.instances()
+        names = [(name, False) for name in sorted(parts.topology.endpoints)]
+        names += [(name, True) for name in sorted(parts.topology.readers)]
+        return [EndpointHealth(
+            name, reader, tuple(i.id for i in known if name in i.endpoints and i.live(now)),
+            self._length(parts.names.queue(name)), self._length(parts.names.poison_queue(name)))
+            for name, reader in names]
+
+    def _length(self, queue: str) -> int | None:
+        try:
+            return self.parts.observed.queues.depth(queue)
+        except StorageError:
+            return None
 
     def _state_table_of(self, endpoint: str) -> str:
         return self.parts.names.state_table(self.parts.topology.endpoint(endpoint).name)

@@ -17,11 +17,11 @@ from bus.addressing import Addressing
 from bus.audit import AuditTrail
 from bus.endpoint import Endpoint, check_middleware
 from bus.errors import ConfigurationError, StateError
-from bus.hosting.heartbeat import Heartbeat, Kind
 from bus.messages import Message
 from bus.middleware import Middleware
 from bus.naming import Names
 from bus.observability import Telemetry
+from bus.observability.heartbeat import Heartbeat, Kind
 from bus.observability.stats import StatsBook
 from bus.protocol.copies.backpressure import Room
 from bus.protocol.copies.courier import Courier
@@ -234,7 +234,7 @@ class Parts:
                           session_of=self._session_of, telemetry=self.telemetry)
 
     def heartbeat(self, kind: Kind) -> Heartbeat | None:
-        """This process's heartbeat (``bus.hosting.heartbeat``): one per ``Bus``, of the kind
+        """This process's heartbeat (``bus.observability.heartbeat``): one per ``Bus``, of the kind
         first asked for; None when ``Settings.heartbeat_seconds`` is None."""
         every = self.settings.heartbeat_seconds
         if every is None:

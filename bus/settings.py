@@ -49,7 +49,7 @@ class Settings(BaseModel):
     bus poisons a handler's last failure itself, with the reason - and the wait before each
     (seconds from its adoption by maintenance; ``bus.protocol.poison.poisoned``). Each is
     audited; after the last the message stays in the poison queue, marked as a crash, for an
-    operator. ``()``: none."""
+    operator. ``()`` (the setting ``off``): none."""
     lease_seconds: float = Field(600.0, gt=0)
     """How long a worker leases a queue message (the Functions host leases for 10 minutes and
     renews at half-time)."""
@@ -88,9 +88,10 @@ class Settings(BaseModel):
     Changing it is safe at any time (each attempt id names its shard); 1 is the layout of
     versions before shards."""
     release_resend_seconds: float = Field(300.0, gt=0)
-    """A released deferral or a replayed poisoned message still unprocessed after this long gets
-    its signal sent again by the sweeper (the release or the replay may have stopped between
-    making its token live and sending)."""
+    """A released deferral, a replayed poisoned message or a crashed message retried
+    automatically still unprocessed this long after it was due gets its signal sent again by
+    the sweeper (the release, the replay or the retry may have stopped between making its
+    token live and sending)."""
     ledger_retention_seconds: float = Field(7 * 24 * 3600.0, gt=0)
     """How long ``Bus.send_once`` remembers a message id (its duplicate-detection window)."""
     send_attempts: int = Field(5, ge=1)
@@ -113,9 +114,19 @@ class Settings(BaseModel):
     per process at most this often. None: not kept."""
     heartbeat_seconds: float | None = Field(10.0, gt=0)
     """How often each process serving endpoints (a Functions instance, a polling worker, a
-    Spark stream) writes its heartbeat: one upsert per process (``bus.hosting.heartbeat``).
+    Spark stream) writes its heartbeat: one upsert per process (``bus.observability.heartbeat``).
     ``python -m bus status`` and the dashboard call it live while its last beat is at most
     1.5 intervals old. None: no heartbeats (and every endpoint shows no live instance)."""
+    alert_critical_seconds: float | None = Field(600.0, gt=0)
+    """Maintenance raises the ``critical_time`` alert of an endpoint whose oldest waiting
+    message has waited longer (``bus.hosting.alerts``). None: not checked."""
+    alert_queue_depth: int | None = Field(10_000, ge=1)
+    """Maintenance raises the ``queue_depth`` alert of an endpoint whose queue holds more
+    messages. None: not checked."""
+    alert_webhook: str | None = Field(None, pattern=r"^https?://\S+$", repr=False)
+    """Where maintenance POSTs (JSON) each alert that starts or stops to hold - a Teams, Slack
+    or incident tool's incoming webhook; the URL is a secret (never logged). None: metrics and
+    logs only."""
     stats_retention_days: int = Field(7, ge=1)
     """Days of per-minute statistics maintenance keeps."""
     queue_depth_seconds: float = Field(60.0, gt=0)

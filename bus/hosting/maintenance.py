@@ -13,8 +13,8 @@ import logging
 from dataclasses import dataclass, field
 
 from bus.bus import Bus
-from bus.hosting import heartbeat
-from bus.observability import stats
+from bus.hosting import alerts
+from bus.observability import heartbeat, stats
 from bus.protocol.upkeep.sweeper import SweepReport
 
 log = logging.getLogger("bus.maintenance")
@@ -33,6 +33,9 @@ class MaintenanceReport:
     """Rows of per-minute statistics older than ``Settings.stats_retention_days`` removed."""
     instances_forgotten: int = 0
     """Heartbeat rows of instances last seen over a day ago removed (``heartbeat``)."""
+    alerts: list[alerts.Alert] = field(default_factory=list)
+    """The alert conditions that hold (``bus.hosting.alerts``), each counted in the
+    ``eobus.alerts`` metric and logged; with a webhook, their changes sent."""
     sessions_released: dict[str, int] = field(default_factory=dict)
     """Per endpoint that skips gaps: first waiting copies of sessions whose gap outlasted the
     reorder window, released to move their session on."""
@@ -44,7 +47,8 @@ def maintenance_pass(bus: Bus, stalled_seconds: float = 300.0) -> MaintenanceRep
     """Adopt host-poisoned signals, sweep (send marks past their retention included), finish
     stalled outbox records, move sessions on past gaps older than their endpoint's reorder
     window (``skip_gaps``; reported otherwise), forget old send-ledger rows, old statistics
-    and instances not seen for a day, each part on its own. Safe at any time and from
+    and instances not seen for a day, and check the alert conditions
+    (``bus.hosting.alerts``), each part on its own. Safe at any time and from
     several processes at once."""
     report = MaintenanceReport()
     endpoints = list(bus.topology.endpoints)
@@ -80,6 +84,11 @@ def maintenance_pass(bus: Bus, stalled_seconds: float = 300.0) -> MaintenanceRep
                 bus.settings.stats_retention_days)
         except Exception:
             _failed(report, f"forgetting old statistics at {name}")
+    try:
+        report.alerts = alerts.evaluate(bus)
+        alerts.report(bus, report.alerts)
+    except Exception:
+        _failed(report, "checking the alert conditions")
     try:
         report.instances_forgotten = heartbeat.forget(
             bus.storage.tables, bus.names.instances_table, bus.parts.clock())

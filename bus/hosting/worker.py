@@ -74,7 +74,7 @@ class Worker:
         queue is empty (or the endpoint paused, or storage away) wait ``idle_min`` seconds,
         doubling up to ``idle_max`` (the Functions host's polling rule). No message ends the
         loop: ``poll_once`` settles every outcome and survives storage errors. While it runs,
-        this process's heartbeat names the endpoint (``bus.hosting.heartbeat``)."""
+        this process's heartbeat names the endpoint (``bus.observability.heartbeat``)."""
         heartbeat = self.bus.parts.heartbeat("worker")
         with (heartbeat.serving(self.receiver.endpoint) if heartbeat is not None
               else contextlib.nullcontext()):

@@ -30,6 +30,7 @@ SETTLEMENT = "eobus.settlement"
 STORAGE_SERVICE = "eobus.storage.service"
 STORAGE_OPERATION = "eobus.storage.operation"
 QUEUE = "eobus.queue"
+ALERT = "eobus.alert.condition"
 
 # Operation types of the conventions (``messaging.operation.type``).
 CREATE, SEND, RECEIVE, PROCESS, SETTLE = "create", "send", "receive", "process", "settle"

@@ -6,7 +6,7 @@ retry counts are its ``poisoned`` and ``retry`` values), ``messaging.client.oper
 (send, receive, settle), ``messaging.process.duration``. The bus's own:
 ``eobus.storage.operation.duration`` (every storage request, by service and operation),
 ``eobus.message.end_to_end.duration`` (from when a copy was due to when it was processed) and
-``eobus.queue.depth`` (``bus.observability.depth``).
+``eobus.queue.depth`` (``bus.observability.depth``), ``eobus.alerts`` (``bus.hosting.alerts``).
 """
 
 from __future__ import annotations
@@ -37,6 +37,10 @@ class Instruments:
             "eobus.storage.operation.duration", unit="s",
             description="Duration of one Azure Storage request",
             explicit_bucket_boundaries_advisory=DURATION_BUCKETS)
+        self.alerts = meter.create_counter(
+            "eobus.alerts", unit="{alert}",
+            description="Alert conditions found holding by a maintenance pass "
+                        "(bus.hosting.alerts), by condition and endpoint")
         self.end_to_end = meter.create_histogram(
             "eobus.message.end_to_end.duration", unit="s",
             description="From when a message copy was due to when it was processed",

@@ -56,6 +56,11 @@ class Telemetry:
         self.metrics = Instruments(meter)
         self._depths = depth_gauge(meter, meter_provider)
 
+    def alerted(self, condition: str, endpoint: str) -> None:
+        """An alert condition holds at ``endpoint`` (``eobus.alerts``)."""
+        self.metrics.alerts.add(1, {sc.MESSAGING_SYSTEM: sc.SYSTEM, sc.ALERT: condition,
+                                    sc.DESTINATION: endpoint})
+
     def watch_depths(self, depths: QueueDepths) -> None:
         """Report the queue lengths of the endpoints a host serves (``eobus.queue.depth``)
         while the host holds ``depths``."""

@@ -1,5 +1,5 @@
 """``python -m bus status``: is anything running? Each endpoint with its live instances and
-queue depths, then every instance the heartbeats know (``bus.operations.instances``).
+queue depths, then every instance the heartbeats know (``bus.observability.heartbeat``).
 
 It connects as ``python -m bus dlq`` does (the app's storage setting). An endpoint whose
 messages wait with no live instance serving it is flagged ``UNSERVED``; ``--check`` then exits
@@ -14,8 +14,8 @@ import json
 import click
 
 from bus.errors import ConfigurationError
+from bus.observability.heartbeat import EndpointHealth, Instance
 from bus.operations.apps import AppError, load_bus
-from bus.operations.instances import EndpointHealth, Instance
 from bus.storage import StorageError
 
 

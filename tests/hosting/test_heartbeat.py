@@ -19,10 +19,10 @@ from click.testing import CliRunner
 
 from bus import Bus, Command, Endpoint, Settings
 from bus.adapters.memory import InMemoryStorage
-from bus.hosting import heartbeat
-from bus.hosting.heartbeat import Heartbeat
 from bus.hosting.maintenance import maintenance_pass
 from bus.hosting.worker import Worker
+from bus.observability import heartbeat
+from bus.observability.heartbeat import Heartbeat
 from bus.operations.cli import main
 from bus.seams import Seams
 from bus.testing.seamed import seamed_bus

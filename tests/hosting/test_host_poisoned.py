@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import base64
 
-from bus import Bus, Command, Context, Endpoint
+from bus import Bus, Command, Context, Endpoint, Settings
 from bus.envelope import encode_bundle
 from bus.protocol.poison.poisoned import ReplayResult
 from bus.protocol.poison.queue import PoisonEntry
@@ -30,7 +30,8 @@ def build(storage: Storage, prefix: str) -> tuple[Bus, list[int]]:
     def tick(message: Tick, ctx: Context) -> None:
         seen.append(message.n)
 
-    bus = Bus(storage, [ticks], prefix=prefix)
+    bus = Bus(storage, [ticks], prefix=prefix,
+              settings=Settings(crash_retry_delays=()))  # what the host moves: entries
     bus.provision()
     return bus, seen
 

@@ -34,7 +34,9 @@ def test_adoption_runs_though_the_sweep_and_the_recovery_fail() -> None:
     assert report.sweep is None and report.recovered == {}
     assert report.failed == ["the sweep", "recovering at ticks",
                              "forgetting old send-ledger rows",
-                             "forgetting old statistics at ticks"]
+                             "forgetting old statistics at ticks",
+                             "checking the alert conditions",
+                             "forgetting instances not seen for a day"]
 
 
 def test_a_pass_over_a_healthy_bus_reports_every_part() -> None:

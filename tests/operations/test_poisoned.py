@@ -193,7 +193,7 @@ def test_a_replay_stopped_before_its_signal_is_finished_by_the_sweeper(
 
 def test_a_signal_the_host_moved_is_adopted_and_replayed(storage: Storage,
                                                          prefix: str) -> None:
-    bus = dlq_app.build(storage, prefix)
+    bus = dlq_app.build(storage, prefix, crash_retry_delays=())  # no automatic retry
     dlq_app.FAILING["on"] = False
     bus.send(Charge(order_id="o3", amount=3))
     [message] = bus.storage.queues.receive(bus.names.queue("payments"), max_messages=1,
@@ -206,6 +206,32 @@ def test_a_signal_the_host_moved_is_adopted_and_replayed(storage: Storage,
     assert bus.poisoned("payments").replay() == {letter.id: ReplayResult.REPLAYED}
     assert drain(bus).total() == {"processed": 1}
     assert charged(bus, "o3") == 1
+
+
+def test_a_signal_the_host_moved_is_retried_automatically(storage: Storage,
+                                                           prefix: str) -> None:
+    """What the host moved is a crash (the bus poisons a handler's failure itself): adopted,
+    it is sent again after its retry's wait, audited, and handled once."""
+    bus = dlq_app.build(storage, prefix, crash_retry_delays=(0.0,))
+    dlq_app.FAILING["on"] = False
+    bus.send(Charge(order_id="o4", amount=3))
+    [message] = bus.storage.queues.receive(bus.names.queue("payments"), max_messages=1,
+                                           lease=30)
+    bus.storage.queues.send(bus.names.poison_queue("payments"), message.body)
+    bus.storage.queues.delete(bus.names.queue("payments"), message)
+    assert bus.poisoned("payments").entries() == []  # adopted: retried, not an entry
+    [record] = bus.audit_trail()
+    assert (record.action, record.target["messages"], record.target["retry"]) == (
+        "retry", [message_id_of(message.body)], 1)
+    assert drain(bus).total() == {"processed": 1}
+    assert charged(bus, "o4") == 1
+    assert drain(bus).total() == {}
+
+
+def message_id_of(body: str) -> str:
+    from bus.envelope import decode_signal
+
+    return decode_signal(body).message_id
 
 
 def test_what_an_adoption_that_failed_left_is_shown_again_at_once() -> None:

@@ -49,7 +49,7 @@ def build(clock: Clock, storage: InMemoryStorage | None = None,
 
     bus = seamed_bus(Seams(clock=clock, safeguards=safeguards or Safeguards()),
                      storage or InMemoryStorage(), [desk, bell],
-                     settings=Settings(depth_check_seconds=0))
+                     settings=Settings(depth_check_seconds=0, crash_retry_delays=()))
     bus.provision()
     return bus, rung
 

@@ -43,7 +43,7 @@ def build(storage: Storage, prefix: str) -> tuple[Bus, list[tuple[int, int]]]:
 
     # Depths read afresh for every send: the queue is full from the first Note on.
     bus = Bus(storage, [orders, notes], prefix=prefix,
-              settings=Settings(depth_check_seconds=0.0))
+              settings=Settings(depth_check_seconds=0.0, crash_retry_delays=()))
     bus.provision()
     return bus, runs
 

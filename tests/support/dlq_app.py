@@ -7,6 +7,7 @@ storage connection and prefix from the environment, as a Functions app does.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from bus import Bus, Command, Context, Endpoint, RetryPolicy, Settings
 from bus.storage import Storage
@@ -20,7 +21,7 @@ class Charge(Command):
     note: str = ""  # long enough, it travels as a claim-check blob
 
 
-def build(storage: Storage, prefix: str) -> Bus:
+def build(storage: Storage, prefix: str, **settings: Any) -> Bus:
     payments = Endpoint("payments", retry=RetryPolicy(delays=(0.0,)))  # redeliver at once
 
     @payments.handles(Charge, partition=lambda m: m.order_id)
@@ -32,7 +33,8 @@ def build(storage: Storage, prefix: str) -> Bus:
         assert isinstance(times, int)
         ctx.state.put("charge", {"times": times + 1, "amount": message.amount})
 
-    bus = Bus(storage, [payments], prefix=prefix, settings=Settings(max_delivery_count=2))
+    bus = Bus(storage, [payments], prefix=prefix,
+              settings=Settings(max_delivery_count=2, **settings))
     bus.provision()
     return bus
 

@@ -27,6 +27,8 @@ def shown(value: object) -> str:
         return "true" if value else "false"
     if value is None:
         return "off"
+    if isinstance(value, tuple):
+        return ",".join(shown(item) for item in value) if value else "off"
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)
@@ -42,6 +44,8 @@ def other_value(name: str) -> tuple[str, object]:
         return str(choice), choice
     if default is not None and type(None) in typing.get_args(annotation):
         return "off", None
+    if isinstance(default, tuple):
+        return "1.5, 90", (1.5, 90.0)
     if isinstance(default, bool):
         return ("false", False) if default else ("true", True)
     if isinstance(default, int):
@@ -50,6 +54,8 @@ def other_value(name: str) -> tuple[str, object]:
         return str(default + 2.5), default + 2.5
     if isinstance(default, str):
         return default + "-other", default + "-other"
+    if default is None and name == "alert_webhook":
+        return "https://hooks.example.com/T0/B0", "https://hooks.example.com/T0/B0"
     raise AssertionError(f"no test value for Settings.{name} ({annotation}): add one")
 
 

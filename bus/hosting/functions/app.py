@@ -181,7 +181,7 @@ class BusFunctions(df.Blueprint):  # type: ignore[misc]
 
     def _beat(self) -> None:
         """From this instance's first invocation on, its heartbeat names the hosted endpoints
-        (``bus.hosting.heartbeat``). Not at import: the command line imports the app too."""
+        (``bus.observability.heartbeat``). Not at import: the command line imports the app too."""
         if self._beating:
             return
         with self._beating_lock:

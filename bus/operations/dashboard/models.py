@@ -72,7 +72,7 @@ class EndpointRow(BaseModel):
 
 
 class InstanceItem(BaseModel):
-    """A process serving endpoints, as its last heartbeat says (``bus.hosting.heartbeat``)."""
+    """A process serving endpoints, as its last heartbeat says (``bus.observability.heartbeat``)."""
 
     id: str
     kind: str

@@ -15,9 +15,9 @@ import threading
 from bus.audit import AuditRecord
 from bus.bus import Bus, Pause
 from bus.errors import ConfigurationError
+from bus.observability.heartbeat import Instance
 from bus.operations import conversation, overview
 from bus.operations.dashboard.poller import Poller, Reading
-from bus.operations.instances import Instance
 from bus.protocol.outbox.deferral import DeferredMessage
 from bus.protocol.poison.poisoned import PoisonedMessage, ReplayResult
 from bus.protocol.sessions.admin import SessionInfo, Sessions

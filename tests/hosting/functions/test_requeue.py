@@ -124,7 +124,8 @@ def build(storage: Storage, prefix: str, monkeypatch: pytest.MonkeyPatch,
         ctx.state.put("tick", {"times": times + 1})
 
     bus = Bus(storage, [ticks], prefix=prefix,
-              settings=Settings(max_delivery_count=MAX, signal_bundles=bundles))
+              settings=Settings(max_delivery_count=MAX, signal_bundles=bundles,
+                                crash_retry_delays=()))  # what the host moves: entries
     bus.provision()
     state, transact = bus.names.state_table("ticks"), storage.tables.transact
 

@@ -354,7 +354,7 @@ def test_the_vendored_swagger_ui_is_node_modules_copy() -> None:
 
 
 def test_instances_and_an_unserved_endpoint(bus: Bus, client: TestClient) -> None:
-    from bus.hosting.heartbeat import Heartbeat
+    from bus.observability.heartbeat import Heartbeat
 
     bus.send(Ship(order_id="s1"))  # waits at orders: nobody serves it
     assert client.get("/api/instances").json()["instances"] == []

@@ -12,12 +12,17 @@ costs one request an interval, however many endpoints it serves:
   writer's clock), ``every`` (its interval) and ``stopped`` (a process that stops cleanly
   writes its row once more, stopped).
 
-A reader (``bus.operations.instances``) calls an instance live while it has not stopped and its
+A reader (``Instance.live``) calls an instance live while it has not stopped and its
 last beat is at most ``LIVE_INTERVALS`` intervals old: a process killed right after a beat is
 shown without it 1.5 intervals later, one killed just before its next beat half an interval
 later - always within two. A beat that fails (storage away) is tried again after a third of
 the interval, so one failed write does not make a live process look dead. Maintenance removes
 rows last seen more than ``FORGET_SECONDS`` ago.
+
+``instances`` reads the rows back; ``Bus.instances`` and ``Bus.health`` (which adds each
+endpoint's queue lengths and flags one **unserved**: messages wait and no live instance serves
+it) are how the command line (``python -m bus status``), the dashboard and the alerts
+(``bus.hosting.alerts``) read them.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Literal
 
 from bus.storage import Entity, NotFound, PreconditionFailed, StorageError, Tables
@@ -166,3 +172,70 @@ def forget(tables: Tables, table: str, now: float) -> int:
                 continue
             removed += 1
     return removed
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One process that serves (or served) endpoints, as its last heartbeat says."""
+
+    id: str
+    kind: str
+    """``functions``, ``worker`` or ``spark``."""
+    host: str
+    pid: int
+    version: str
+    endpoints: tuple[str, ...]
+    started_at: float
+    last_seen: float
+    every: float
+    """Its heartbeat interval (seconds)."""
+    stopped: bool
+    """It stopped cleanly (its last beat said so)."""
+
+    def live(self, now: float) -> bool:
+        """Not stopped, and its last beat at most ``LIVE_INTERVALS`` intervals old."""
+        return not self.stopped and now - self.last_seen <= self.every * LIVE_INTERVALS
+
+
+@dataclass(frozen=True)
+class EndpointHealth:
+    endpoint: str
+    reader: bool
+    """Served by Spark jobs (a reader endpoint), not by this app."""
+    live: tuple[str, ...]
+    """The ids of the live instances serving it."""
+    depth: int | None
+    """Messages in its queue (approximate, as Azure counts them); None: not readable."""
+    poisoned: int | None
+    """Entries in its poison queue; None: not readable."""
+
+    @property
+    def unserved(self) -> bool:
+        """Messages wait and no live instance serves it."""
+        return not self.live and bool(self.depth)
+
+
+def instances(tables: Tables, table: str) -> list[Instance]:
+    """Every instance with a row (live or not), most recently seen first: one query."""
+    found = [instance for row in tables.query(table, PARTITION)
+             if (instance := _instance(row)) is not None]
+    return sorted(found, key=lambda i: (-i.last_seen, i.id))
+
+
+def _instance(row: Entity) -> Instance | None:
+    """The row as an instance; None for a row that is not one (written by hand, or by a
+    version that wrote other fields)."""
+    p = row.properties
+    try:
+        endpoints = json.loads(str(p.get("endpoints", "[]")))
+        return Instance(
+            id=row.row_key, kind=str(p.get("kind", "")), host=str(p.get("host", "")),
+            pid=int(p.get("pid", 0)),  # type: ignore[arg-type]
+            version=str(p.get("version", "")),
+            endpoints=tuple(str(name) for name in endpoints),
+            started_at=float(p.get("started_at", 0.0)),  # type: ignore[arg-type]
+            last_seen=float(p["last_seen"]),  # type: ignore[arg-type]
+            every=float(p["every"]),  # type: ignore[arg-type]
+            stopped=bool(p.get("stopped", False)))
+    except (KeyError, TypeError, ValueError):
+        return None
