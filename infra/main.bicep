@@ -80,6 +80,12 @@ param publisherPrincipalId string = ''
 @allowed(['User', 'Group', 'ServicePrincipal'])
 param publisherPrincipalType string = 'User'
 
+@description('Optional: an e-mail address told when a bus alert fires and when it resolves (docs/operating.md, "Alerts").')
+param alertEmail string = ''
+@secure()
+@description('Optional: a webhook (Teams, Slack, an incident tool) Azure Monitor calls when a bus alert fires and when it resolves.')
+param alertWebhookUrl string = ''
+
 var abbrs = loadJsonContent('abbreviations.json')
 var topology = loadJsonContent('topology.json')
 // The reader endpoints the app declares (their subscriptions are in the topic files) and any
@@ -124,6 +130,19 @@ module monitoring 'app/monitoring.bicep' = {
     applicationInsightsName: '${abbrs.insightsComponents}${resourceToken}'
     location: location
     tags: tags
+  }
+}
+
+// Azure Monitor alert rules on the conditions each maintenance pass checks (bus/hosting/alerts.py).
+module alerts 'app/alerts.bicep' = {
+  name: 'alerts'
+  params: {
+    applicationInsightsName: monitoring.outputs.applicationInsightsName
+    location: location
+    tags: tags
+    resourceToken: resourceToken
+    alertEmail: alertEmail
+    alertWebhookUrl: alertWebhookUrl
   }
 }
 

@@ -52,9 +52,10 @@ def list_command(endpoint: str, app: str, as_json: bool) -> None:
             click.echo(json.dumps(_summary(letter)))
         else:
             s = _summary(letter)
+            crash = f"CRASH ({s['retries']} automatic retries)  " if s["crashed"] else ""
             click.echo(f"{s['id']}  {s['poisoned_at']}  {s['message_type'] or '-'}  "
                        f"{s['message_id'] or '-'}  deliveries {s['dequeue_count']}  "
-                       f"token {s['token']}  {s['reason']}")
+                       f"token {s['token']}  {crash}{s['reason']}")
     if not as_json:
         click.echo(f"{len(letters)} poisoned message(s) at {endpoint}")
 
@@ -134,4 +135,5 @@ def _summary(letter: PoisonedMessage) -> dict[str, object]:
             "expires_at": envelope.expires_at.isoformat()
             if envelope and envelope.expires_at else None,
             "token": letter.token.value if letter.token else "gone",
-            "replayable": letter.replayable}
+            "replayable": letter.replayable, "crashed": letter.crashed,
+            "retries": letter.recoveries}

@@ -41,7 +41,7 @@ def test_settlement_md_has_its_examples() -> None:
 @pytest.mark.parametrize(("doc", "title"), [
     ("settlement.md", "middleware"), ("settlement.md", "deferral"),
     ("settlement.md", "back-pressure"), ("operating.md", "maintenance"),
-    ("operating.md", "routes"), ("operating.md", "read-state"),
+    ("operating.md", "routes"), ("operating.md", "read-state"), ("operating.md", "health"),
     ("sessions.md", "sessions"), ("observability.md", "tracing"),
     ("functions.md", "async-handler"), ("contracts.md", "rolling-deploy")])
 def test_examples_run(azurite_connection: str, prefix: str, doc: str, title: str) -> None:
@@ -55,7 +55,7 @@ def test_contracts_md_has_its_examples() -> None:
 
 
 def test_operating_md_has_its_examples() -> None:
-    assert sorted(examples("operating.md")) == ["maintenance", "read-state", "routes"]
+    assert sorted(examples("operating.md")) == ["health", "maintenance", "read-state", "routes"]
 
 
 def test_foreign_producer_in_signing_md_signs_with_plain_hmac(azurite_connection: str,

@@ -291,7 +291,8 @@ def _entry(letter: PoisonedMessage) -> models.PoisonedEntry:
     return models.PoisonedEntry(
         id=letter.id, message_id=envelope.message_id if envelope else None,
         poisoned_at=_seen(letter), reason=letter.entry.reason,
-        token=letter.token.value if letter.token else "gone", replayable=letter.replayable)
+        token=letter.token.value if letter.token else "gone", replayable=letter.replayable,
+        crashed=letter.crashed, retries=letter.recoveries)
 
 
 def _detail(monitor: Monitor, endpoint: str, letter: PoisonedMessage) -> models.PoisonedDetail:

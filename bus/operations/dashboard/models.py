@@ -120,6 +120,11 @@ class PoisonedEntry(BaseModel):
     token: str
     """The message's inbox token: ``poisoned``, ``live``, ... or ``gone`` (processed or purged)."""
     replayable: bool
+    crashed: bool = False
+    """Moved here by the Functions host: its last delivery never ended (a crash), no handler
+    failed - shown apart from failures."""
+    retries: int = 0
+    """The automatic retries it had after crashes (``Settings.crash_retry_delays``)."""
 
 
 class PoisonedGroup(BaseModel):
