@@ -393,23 +393,32 @@ class Console:
         self._command("status", *json_output, *(["--check"] if draw >= 0.5 else []))
 
     def _read_by_route(self, endpoint: str, draw: float) -> None:
+        """The dashboard's pages, each on its own: one that fails (storage trouble, a 404)
+        keeps none of the others from being read, as an operator goes on to the next page."""
         if self._api is None:
             return
         scoped = {"endpoint": endpoint} if draw < 0.5 else {"endpoint": None}
         options = ["endpoint"] if draw < 0.5 else []
-        self._route("GET", "/api/endpoints", ["period"] if draw < 0.5 else [],
-                    period=600.0 if draw < 0.5 else 3600.0)
-        groups = self._route("GET", "/api/poisoned", [])
-        for group in groups.groups[:1]:
-            self._route("GET", "/api/poisoned/{endpoint}/{entry_id}", [],
-                        endpoint=group.endpoint, entry_id=group.ids[0])
-        self._route("GET", "/api/deferred", options, **scoped)
-        self._route("GET", "/api/sessions", options, **scoped)
-        self._route("GET", "/api/scheduled", options, **scoped)
-        self._route("GET", "/api/conversation", [], id=self._some_message_id())
-        self._route("GET", "/api/instances", [])
-        self._route("GET", "/api/audit", ["limit"] if draw < 0.5 else [],
-                    limit=20 if draw < 0.5 else 100)
+        self._page("GET", "/api/endpoints", ["period"] if draw < 0.5 else [],
+                   period=600.0 if draw < 0.5 else 3600.0)
+        groups = self._page("GET", "/api/poisoned", [])
+        for group in groups.groups[:1] if groups is not None else []:
+            self._page("GET", "/api/poisoned/{endpoint}/{entry_id}", [],
+                       endpoint=group.endpoint, entry_id=group.ids[0])
+        self._page("GET", "/api/deferred", options, **scoped)
+        self._page("GET", "/api/sessions", options, **scoped)
+        self._page("GET", "/api/scheduled", options, **scoped)
+        self._page("GET", "/api/conversation", [], id=self._some_message_id())
+        self._page("GET", "/api/instances", [])
+        self._page("GET", "/api/audit", ["limit"] if draw < 0.5 else [],
+                   limit=20 if draw < 0.5 else 100)
+
+    def _page(self, method: str, path: str, options: list[str], **arguments: Any) -> Any:
+        """One page's read: None when it failed (the page shows the error)."""
+        try:
+            return self._route(method, path, options, **arguments)
+        except (StorageError, _Refused):
+            return None
 
     def release(self, endpoint: str, message_id: str, deferrals: int) -> None:
         """Release a deferred message, naming the deferral seen: by the API or the
