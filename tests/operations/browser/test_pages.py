@@ -61,7 +61,36 @@ def test_endpoints_page_shows_each_endpoint(page: Page, readonly: Server, shop: 
     expect(field(billing, "failed")).to_have_text(str(declined))
     no_errors(page)
     expect(page.get_by_test_id("pause-orders")).to_be_hidden()  # read-only: no actions
+    # Orders wait and nothing serves the endpoint (no process beats in this test).
+    expect(field(orders, "live")).to_contain_text("0")
+    expect(page.get_by_test_id("unserved-orders")).to_be_visible()
+    expect(page.get_by_test_id("instances-table")).to_contain_text("no instance")
     screenshot(page, "endpoints")
+
+
+def test_instances_live_and_stopped(page: Page, actions: Server, fresh_shop: Shop,
+                                    screenshot: Screenshot) -> None:
+    """Two processes' heartbeats: a worker serving orders, live; a Spark stream that
+    stopped. Orders is served, so not flagged."""
+    import time
+
+    from bus.observability.heartbeat import Heartbeat
+
+    bus = fresh_shop.bus
+    table = bus.names.instances_table
+    live = Heartbeat(bus.storage.tables, table, "worker", 3600.0, time.time, instance="w-live")
+    live._endpoints["orders"] = 1
+    live.beat()
+    gone = Heartbeat(bus.storage.tables, table, "spark", 10.0, time.time, instance="s-gone")
+    gone._endpoints["tracking"] = 1
+    gone.beat(stopped=True)
+    page.goto(actions.url + "/")
+    expect(field(page.get_by_test_id("endpoint-row-orders"), "live")).to_contain_text("1")
+    expect(page.get_by_test_id("unserved-orders")).to_be_hidden()
+    expect(field(page.get_by_test_id("instance-row-w-live"), "state")).to_have_text("live")
+    expect(field(page.get_by_test_id("instance-row-s-gone"), "state")).to_have_text("stopped")
+    no_errors(page)
+    screenshot(page, "instances")
 
 
 def test_poisoned_page_groups_the_poison_entries(page: Page, readonly: Server, shop: Shop,
