@@ -166,7 +166,7 @@ class Demo:
         for endpoint in self.bus.topology.endpoints:
             for minute in stats.read(self.bus.storage.tables, self.bus.names.state_table(
                     endpoint), since, time.time() + 60).values():
-                tally += minute
+                tally += minute.tally
         return {"copies_processed": tally.processed, "duplicates_dropped": tally.other}
 
     def _stop_host(self, host: subprocess.Popen[bytes]) -> dict[str, Any]:

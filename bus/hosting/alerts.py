@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import requests
 
 from bus.bus import Bus
+from bus.observability.heartbeat import EndpointHealth
 from bus.storage import Conflict, Entity, NotFound, PreconditionFailed, Tables
 
 log = logging.getLogger("bus.alerts")
@@ -62,13 +63,15 @@ class Alert:
         return f"{self.condition}~{self.endpoint}"
 
 
-def evaluate(bus: Bus, now: float | None = None) -> list[Alert]:
-    """Every condition that holds now, by endpoint."""
+def evaluate(bus: Bus, now: float | None = None,
+             health: list[EndpointHealth] | None = None) -> list[Alert]:
+    """Every condition that holds now, by endpoint (``health``: ``bus.health(now)`` read
+    already)."""
     parts = bus.parts
     now = parts.clock() if now is None else now
     settings = parts.settings
     found: list[Alert] = []
-    for item in bus.health(now):
+    for item in bus.health(now) if health is None else health:
         name = item.endpoint
         if item.poisoned:
             found.append(Alert("poisoned", name, item.poisoned,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from bus.bus import Bus
 from bus.hosting import alerts
 from bus.observability import heartbeat, stats
+from bus.observability.heartbeat import EndpointHealth
 from bus.protocol.upkeep.sweeper import SweepReport
 
 log = logging.getLogger("bus.maintenance")
@@ -85,7 +86,10 @@ def maintenance_pass(bus: Bus, stalled_seconds: float = 300.0) -> MaintenanceRep
         except Exception:
             _failed(report, f"forgetting old statistics at {name}")
     try:
-        report.alerts = alerts.evaluate(bus)
+        now = bus.parts.clock()
+        health = bus.health(now)
+        _record_depths(bus, health, now)
+        report.alerts = alerts.evaluate(bus, now, health)
         alerts.report(bus, report.alerts)
     except Exception:
         _failed(report, "checking the alert conditions")
@@ -95,6 +99,17 @@ def maintenance_pass(bus: Bus, stalled_seconds: float = 300.0) -> MaintenanceRep
     except Exception:
         _failed(report, "forgetting instances not seen for a day")
     return report
+
+
+def _record_depths(bus: Bus, health: list[EndpointHealth], now: float) -> None:
+    """Each endpoint's queue length, in its statistics (the dashboard's queue-length chart and
+    time to drain); not while statistics are off."""
+    if bus.settings.stats_flush_seconds is None:
+        return
+    for item in health:
+        if item.depth is not None and not item.reader:
+            stats.record_depth(bus.storage.tables, bus.names.state_table(item.endpoint), now,
+                               item.depth)
 
 
 def _failed(report: MaintenanceReport, part: str) -> None:

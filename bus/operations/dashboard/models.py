@@ -33,6 +33,21 @@ class PauseInfo(BaseModel):
     reason: str
 
 
+class Percentiles(BaseModel):
+    p50: float | None
+    p95: float | None
+    p99: float | None
+
+
+class TypeStats(BaseModel):
+    message_type: str
+    processed: int
+    failed: int
+    poisoned: int
+    processing_ms: Percentiles
+    critical_seconds: Percentiles
+
+
 class Stats(BaseModel):
     """Throughput and processing time over the period (the data layer's ``EndpointStats``)."""
 
@@ -46,6 +61,18 @@ class Stats(BaseModel):
     max_ms: float | None
     per_minute: list[tuple[float, int]]
     """(minute start, messages processed in it)."""
+    processing_ms: Percentiles | None = None
+    """Processing time of a signal (decoding to outcome), ms: p50, p95, p99."""
+    critical_seconds: Percentiles | None = None
+    """Critical time of a processed message (due to processed), s: p50, p95, p99."""
+    critical_per_minute: list[tuple[float, float]] = Field(default_factory=list)
+    """(minute start, its p95 critical time)."""
+    depth: list[tuple[float, int]] = Field(default_factory=list)
+    """(minute start, the queue's length), as maintenance found it."""
+    drain_seconds: float | None = None
+    """Estimated time to drain the queue (0: empty; None: not falling, or unknown)."""
+    per_type: list[TypeStats] = Field(default_factory=list)
+    """Per message type, busiest first."""
 
 
 class EndpointRow(BaseModel):

@@ -202,7 +202,13 @@ class Receiver:
                 outcome = sc.RETRY if isinstance(result, HandlerFailed) else sc.ERROR
                 span.finish(outcome, result, now)
             if self._stats is not None:
-                self._stats.record(outcome, time.perf_counter() - span.started)
+                envelope = span.envelope
+                due = envelope.not_before or envelope.sent_at if envelope is not None else None
+                self._stats.record(
+                    outcome, time.perf_counter() - span.started,
+                    envelope.message_type if envelope is not None else None,
+                    max(0.0, now - due.timestamp())
+                    if due is not None and outcome == "processed" else None)
 
     def flush_stats(self) -> None:
         """Write this endpoint's statistics now (``bus.observability.stats``)."""

@@ -69,7 +69,7 @@ function modeBadge() {
 function endpointsPage() {
   return {
     ...base(), data: null, instances: null, period: 3600, pausing: null, minutes: 15,
-    reason: "", timer: null,
+    reason: "", timer: null, chosen: null,
     async init() {
       await this.loadSettings();
       await this.load();
@@ -85,6 +85,32 @@ function endpointsPage() {
     },
     oldestRead() { return Math.min(...this.data.endpoints.map((e) => e.read_at)); },
     rate(stats) { return (stats.processed / (stats.seconds / 60)).toFixed(1); },
+    row(name) { return this.data ? this.data.endpoints.find((e) => e.name === name) : null; },
+    pct(p, show) { return p ? [p.p50, p.p95, p.p99].map((v) => show(v)).join(" / ") : "–"; },
+    drain(e) {
+      if (!e.stats || e.stats.drain_seconds === null || e.stats.drain_seconds === undefined) {
+        return e.depth ? "not draining" : "–";
+      }
+      return e.stats.drain_seconds === 0 ? "empty" : fmtAge(e.stats.drain_seconds);
+    },
+    // A chart of (epoch seconds, value) points over the period: bars or a line, with its
+    // largest value labelled. Plain SVG: no chart library to vendor for three small charts.
+    chart(points, kind) {
+      const w = 320, h = 90, top = 12;
+      if (!points || !points.length) return `<text x="4" y="${h / 2}" class="muted">no data</text>`;
+      const end = this.data.now, start = end - this.data.period;
+      const most = Math.max(...points.map((p) => p[1]), 0) || 1;
+      const x = (t) => ((t - start) / (end - start)) * (w - 2) + 1;
+      const y = (v) => h - 1 - (v / most) * (h - top - 2);
+      const label = `<text x="2" y="10">max ${Number.isInteger(most) ? most : most.toFixed(2)}</text>`;
+      if (kind === "bars") {
+        const bw = Math.max(1, (w / (this.data.period / 60)) - 1);
+        return label + points.map((p) => `<rect x="${x(p[0]).toFixed(1)}" y="${y(p[1]).toFixed(1)}" width="${bw.toFixed(1)}" height="${(h - 1 - y(p[1])).toFixed(1)}"></rect>`).join("");
+      }
+      const path = points.map((p, i) => `${i ? "L" : "M"}${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(" ");
+      return label + `<path d="${path}" fill="none" stroke="currentColor" stroke-width="1.5"></path>` +
+        points.map((p) => `<circle cx="${x(p[0]).toFixed(1)}" cy="${y(p[1]).toFixed(1)}" r="1.5"></circle>`).join("");
+    },
     spark(points) {
       if (!points || !points.length) return "";
       const top = Math.max(1, ...points.map((p) => p[1]));
