@@ -68,6 +68,33 @@ def test_endpoints_page_shows_each_endpoint(page: Page, readonly: Server, shop: 
     screenshot(page, "endpoints")
 
 
+def test_trends_of_an_endpoint(page: Page, actions: Server, fresh_shop: Shop,
+                               screenshot: Screenshot) -> None:
+    """Billing's trends: its processed messages per minute, their critical time, its queue's
+    length as maintenance records it, and the per-type table."""
+    import time
+
+    from bus.observability import stats
+
+    shop = fresh_shop
+    bus = shop.bus
+    stats.record_depth(bus.storage.tables, bus.names.state_table("billing"), time.time(), 0)
+    page.goto(actions.url + "/")
+    billing = page.get_by_test_id("endpoint-row-billing")
+    expect(field(billing, "critical")).not_to_have_text("–")
+    expect(field(billing, "drain")).to_have_text("empty")
+    page.get_by_test_id("trends-billing").click()
+    expect(page.get_by_test_id("trends")).to_be_visible()
+    expect(page.get_by_test_id("chart-throughput").locator("rect")).not_to_have_count(0)
+    expect(page.get_by_test_id("chart-critical").locator("circle")).not_to_have_count(0)
+    expect(page.get_by_test_id("chart-depth").locator("circle")).to_have_count(1)
+    placed = page.get_by_test_id("type-row-OrderPlaced")
+    declined = len(shop.declined_orders)
+    expect(field(placed, "processed")).to_have_text(str(len(shop.orders) - declined))
+    no_errors(page)
+    screenshot(page, "trends")
+
+
 def test_instances_live_and_stopped(page: Page, actions: Server, fresh_shop: Shop,
                                     screenshot: Screenshot) -> None:
     """Two processes' heartbeats: a worker serving orders, live; a Spark stream that

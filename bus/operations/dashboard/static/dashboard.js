@@ -40,7 +40,10 @@ function fmtAge(seconds) {
 }
 
 function num(value) { return value === null || value === undefined ? "?" : String(value); }
-function ms(value) { return value === null || value === undefined ? "–" : value.toFixed(1); }
+function ms(value) {
+  if (value === null || value === undefined) return "–";
+  return value < 10 ? value.toFixed(1) : String(Math.round(value));
+}
 
 // Shared by every page: the settings (actions allowed?) and the formatting helpers.
 function base() {
@@ -88,8 +91,9 @@ function endpointsPage() {
     row(name) { return this.data ? this.data.endpoints.find((e) => e.name === name) : null; },
     pct(p, show) { return p ? [p.p50, p.p95, p.p99].map((v) => show(v)).join(" / ") : "–"; },
     drain(e) {
-      if (!e.stats || e.stats.drain_seconds === null || e.stats.drain_seconds === undefined) {
-        return e.depth ? "not draining" : "–";
+      if (!e.stats || !e.stats.depth || !e.stats.depth.length) return "–";  // no length known
+      if (e.stats.drain_seconds === null || e.stats.drain_seconds === undefined) {
+        return "not draining";
       }
       return e.stats.drain_seconds === 0 ? "empty" : fmtAge(e.stats.drain_seconds);
     },
