@@ -77,6 +77,7 @@ class Heartbeat:
         self.instance = instance or uuid.uuid4().hex[:16]
         self.started_at = clock()
         self._endpoints: dict[str, int] = {}  # endpoint -> how many loops serve it here
+        self._served: list[str] = []  # the last endpoints served: a stopped row names them
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -91,6 +92,8 @@ class Heartbeat:
         with self._lock:
             for name in endpoints:
                 self._endpoints[name] = self._endpoints.get(name, 0) + 1
+            if self._endpoints:
+                self._served = sorted(self._endpoints)
             start = self._thread is None and bool(self._endpoints)
             if start:
                 self._thread = threading.Thread(target=self._run, daemon=True,
@@ -130,16 +133,18 @@ class Heartbeat:
             thread.join(timeout=STOP_WAIT_SECONDS)
 
     def beat(self, *, stopped: bool = False) -> bool:
-        """Write the row now; False when storage refused (logged)."""
+        """Write the row now; False when storage refused (logged). A stopped row names the
+        endpoints served last."""
+        with self._lock:
+            endpoints = sorted(self._endpoints) or self._served
         try:
             self.tables.replace(self.table, Entity(PARTITION, self.instance, {
                 "kind": self.kind, "host": host_name(), "pid": os.getpid(),
-                "version": package_version(), "endpoints": json.dumps(self.endpoints),
+                "version": package_version(), "endpoints": json.dumps(endpoints),
                 "started_at": self.started_at, "last_seen": self.clock(),
                 "every": self.every, "stopped": stopped}))
         except StorageError as exc:
-            log.warning("could not write the heartbeat of %s (tried again in %.0f s): %s",
-                        self.instance, self.every / 3, exc)
+            log.warning("could not write the heartbeat of %s: %s", self.instance, exc)
             return False
         return True
 

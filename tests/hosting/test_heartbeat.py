@@ -91,6 +91,7 @@ def test_a_worker_s_loop_beats_while_it_runs_and_says_it_stopped() -> None:
         thread.join()
     [instance] = bus.instances()
     assert instance.stopped and not instance.live(time.time())
+    assert instance.endpoints == ("billing",)  # what it served last
 
 
 def test_a_beat_that_fails_is_logged_and_the_process_goes_on(
