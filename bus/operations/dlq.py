@@ -10,12 +10,19 @@ read - export the setting). Replaying is exactly-once: see ``bus.protocol.poison
 from __future__ import annotations
 
 import json
+import re
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import TypeVar
 
 import click
 
 from bus.errors import ConfigurationError
 from bus.operations.apps import AppError, load_bus
-from bus.protocol.poison.poisoned import PoisonedMessage, PoisonedMessages
+from bus.protocol.poison.poisoned import EntryFilter, PoisonedMessage, PoisonedMessages
+
+F = TypeVar("F", bound=Callable[..., object])
 
 
 class DlqProblem(click.ClickException):
@@ -40,13 +47,62 @@ def dlq() -> None:
     """Poisoned messages: what an endpoint's poison queue holds, and replaying or purging it."""
 
 
+def _moment(text: str | None) -> float | None:
+    """``--since``/``--until``: an ISO 8601 time (UTC unless it says), or how long ago:
+    ``90s``, ``30m``, ``2h``, ``7d``."""
+    if text is None:
+        return None
+    found = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd])", text.strip())
+    if found:
+        return time.time() - float(found[1]) * _UNITS[found[2]]
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is neither an ISO 8601 time nor a duration ago "
+                                 "(90s, 30m, 2h, 7d)") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()
+
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def filter_options(command: F) -> F:
+    """The options that choose entries (``EntryFilter``)."""
+    for option in reversed([
+            click.option("--type", "message_type", metavar="TYPE",
+                         help="Only entries of this message type."),
+            click.option("--exception", metavar="TEXT",
+                         help="Only entries whose last exception contains TEXT."),
+            click.option("--reason", metavar="TEXT",
+                         help="Only entries whose reason contains TEXT."),
+            click.option("--since", metavar="WHEN",
+                         help="Only entries poisoned since WHEN (ISO 8601, or 2h, 7d ago)."),
+            click.option("--until", metavar="WHEN",
+                         help="Only entries poisoned before WHEN (ISO 8601, or 2h, 7d ago).")]):
+        command = option(command)
+    return command
+
+
+def _filter(message_type: str | None, exception: str | None, reason: str | None,
+            since: str | None, until: str | None) -> EntryFilter | None:
+    if not any((message_type, exception, reason, since, until)):
+        return None
+    return EntryFilter(message_type, exception, reason, _moment(since), _moment(until))
+
+
 @dlq.command("list")
 @click.argument("endpoint")
 @click.option("--app", default="function_app", show_default=True, metavar="MODULE[:NAME]")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per entry.")
-def list_command(endpoint: str, app: str, as_json: bool) -> None:
-    """The entries of ENDPOINT's poison queue, oldest first."""
-    letters = _poison_queue(app, endpoint).entries()
+@filter_options
+def list_command(endpoint: str, app: str, as_json: bool, *, message_type: str | None,
+                 exception: str | None, reason: str | None, since: str | None,
+                 until: str | None) -> None:
+    """The entries of ENDPOINT's poison queue, oldest first (those the filters choose)."""
+    where = _filter(message_type, exception, reason, since, until)
+    letters = _poison_queue(app, endpoint).entries(where=where)
     for letter in letters:
         if as_json:
             click.echo(json.dumps(_summary(letter)))
@@ -57,7 +113,8 @@ def list_command(endpoint: str, app: str, as_json: bool) -> None:
                        f"{s['message_id'] or '-'}  deliveries {s['dequeue_count']}  "
                        f"token {s['token']}  {crash}{s['reason']}")
     if not as_json:
-        click.echo(f"{len(letters)} poisoned message(s) at {endpoint}")
+        chosen = " matching the filters" if where is not None else ""
+        click.echo(f"{len(letters)} poisoned message(s) at {endpoint}{chosen}")
 
 
 @dlq.command("show")

@@ -19,7 +19,7 @@ from fastapi import APIRouter, HTTPException, Query
 
 from bus.operations.dashboard import models
 from bus.operations.dashboard.monitor import Monitor
-from bus.protocol.poison.poisoned import PoisonedMessage
+from bus.protocol.poison.poisoned import EntryFilter, PoisonedMessage
 
 
 def router(monitor: Monitor, settings: models.Settings) -> APIRouter:
@@ -77,16 +77,25 @@ def _endpoint_routes(api: APIRouter, monitor: Monitor) -> None:
 
 def _poisoned_routes(api: APIRouter, monitor: Monitor) -> None:
     @api.get("/poisoned", tags=["poisoned"])
-    def poisoned() -> models.Poisoned:
-        """Poison entries of every endpoint grouped by (endpoint, message type, exception
-        type), largest group first."""
+    def poisoned(*, endpoint: Annotated[str | None, Query(max_length=63)] = None,
+                 message_type: Annotated[str | None, Query(max_length=256)] = None,
+                 exception: Annotated[str | None, Query(max_length=256)] = None,
+                 reason: Annotated[str | None, Query(max_length=256)] = None,
+                 since: float | None = None, until: float | None = None) -> models.Poisoned:
+        """Poison entries of every endpoint (or ``endpoint``'s) grouped by (endpoint, message
+        type, exception type), largest group first; only those the filters match (message
+        type exactly, text contained in the exception or reason, poisoned in
+        [``since``, ``until``), epoch seconds)."""
+        where = EntryFilter(message_type, exception, reason, since, until)
         groups: dict[tuple[str, str | None, str | None], list[PoisonedMessage]] = defaultdict(list)
         errors: dict[str, str] = {}
-        for name in monitor.endpoints:
+        for name in _chosen(monitor, endpoint):
             reading = monitor.poisoned(name)
             if reading.error is not None:
                 errors[name] = reading.error
             for letter in reading.value or []:
+                if not where.matches(letter):
+                    continue
                 envelope = letter.entry.envelope
                 groups[(name, envelope.message_type if envelope else None,
                         _exception_type(letter.entry.exception))].append(letter)

@@ -132,6 +132,38 @@ class PoisonedMessage:
         return self.entry.reason == HOST_REASON
 
 
+@dataclass(frozen=True)
+class EntryFilter:
+    """Which entries an operator means: each field given must match (None: any). Text is
+    matched case-insensitively, as a part of the field."""
+
+    message_type: str | None = None
+    """The message's type, exactly (an entry without an envelope has none)."""
+    exception: str | None = None
+    """Text of the last exception (its type or message)."""
+    reason: str | None = None
+    """Text of the reason the entry was poisoned for."""
+    since: float | None = None
+    """Poisoned at or after (epoch seconds)."""
+    until: float | None = None
+    """Poisoned before (epoch seconds)."""
+
+    def matches(self, letter: PoisonedMessage) -> bool:
+        entry = letter.entry
+        envelope = entry.envelope
+        at = entry.poisoned_at.timestamp()
+        return ((self.message_type is None
+                 or (envelope is not None and envelope.message_type == self.message_type))
+                and _contains(entry.exception or "", self.exception)
+                and _contains(entry.reason, self.reason)
+                and (self.since is None or at >= self.since)
+                and (self.until is None or at < self.until))
+
+
+def _contains(text: str, part: str | None) -> bool:
+    return part is None or part.casefold() in text.casefold()
+
+
 class ReplayResult(str, enum.Enum):
     REPLAYED = "replayed"  # the token was poisoned: it is live again and the signal is queued
     RESENT = "resent"  # an earlier replay was interrupted: the signal is queued again
@@ -291,14 +323,17 @@ class PoisonedMessages:
                 spare.add(message.id)
         return [message for message in ours if message.id not in spare]
 
-    def entries(self, *, adopt: bool = True) -> list[PoisonedMessage]:
+    def entries(self, *, adopt: bool = True,
+                where: EntryFilter | None = None) -> list[PoisonedMessage]:
         """Every entry, oldest first (entries are leased briefly while read). ``adopt``:
         first turn what the Functions host moved here into entries of the bus's own, which
         poisons their tokens (``adopt``); without it the host's messages are listed as they
         are, not replayable until adopted, and the reading changes nothing (the dashboard's
-        reads: maintenance, a replay and a purge adopt them)."""
+        reads: maintenance, a replay and a purge adopt them). ``where``: only the entries it
+        matches (the whole queue is read all the same)."""
         with self._leased(adopt=adopt) as entries:
-            return [self._listed(m, e) for m, e in entries]
+            listed = [self._listed(m, e) for m, e in entries]
+        return [x for x in listed if where is None or where.matches(x)]
 
     def replay(self, ids: set[str] | None = None, *,
                drop_expiry: bool = False) -> dict[str, ReplayResult]:

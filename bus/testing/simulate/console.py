@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import binascii
 import contextlib
+import dataclasses
 import io
 import json
 import sys
@@ -39,6 +40,7 @@ from bus.errors import BusError
 from bus.hosting.functions.trigger import PAUSE_WAITED_OUT_SECONDS
 from bus.operations.cli import main as cli
 from bus.protocol.outbox.slot import Outbox
+from bus.protocol.poison.poisoned import EntryFilter
 from bus.protocol.poison.queue import PoisonEntry
 from bus.protocol.sessions.order import SESSION_ROW, SessionRow, decode
 from bus.protocol.tokens import shards
@@ -49,7 +51,7 @@ from bus.testing.simulate.entries import whole_entry
 from bus.testing.simulate.sessions import ENDPOINT as SESSIONS
 from bus.testing.simulate.sessions import settled
 from bus.testing.simulate.workload import SessionPlan
-from bus.testing.simulate.world import Actor, World
+from bus.testing.simulate.world import START_TIME, Actor, World
 
 APP_MODULE = "bus_simulated_app"
 """The module the command line loads its bus from (``--app bus_simulated_app``)."""
@@ -360,7 +362,7 @@ class Console:
         listed = deferred.list()
         if listed:
             deferred.get(listed[0].message_id)
-        bus.poisoned(endpoint).entries()
+        bus.poisoned(endpoint).entries(where=_FILTERS[int(draw * len(_FILTERS))])
         sessions = bus.sessions(endpoint)
         for info in sessions.list()[:1]:
             sessions.get(info.session, info.partition if draw < 0.5 else None)
@@ -382,7 +384,8 @@ class Console:
         first = next((json.loads(line)["id"] for line in listed.splitlines() if line), None)
         if first is not None:
             self._command("dlq", "show", endpoint, first)
-        self._command("dlq", "list", endpoint, *json_output)
+        self._command("dlq", "list", endpoint, *json_output,
+                      *_FILTER_OPTIONS[int(draw * len(_FILTER_OPTIONS))])
         sessions = self._command("sessions", "list", endpoint, "--json")
         for line in sessions.splitlines()[:1]:
             info = json.loads(line)
@@ -402,6 +405,12 @@ class Console:
         self._page("GET", "/api/endpoints", ["period"] if draw < 0.5 else [],
                    period=600.0 if draw < 0.5 else 3600.0)
         groups = self._page("GET", "/api/poisoned", [])
+        chosen = _FILTERS[int(draw * len(_FILTERS))]
+        if chosen is not None:  # the operator narrows the page down
+            given: dict[str, Any] = {name: value for name, value
+                                     in dataclasses.asdict(chosen).items() if value is not None}
+            given["endpoint"] = endpoint
+            self._page("GET", "/api/poisoned", sorted(given), **given)
         for group in groups.groups[:1] if groups is not None else []:
             self._page("GET", "/api/poisoned/{endpoint}/{entry_id}", [],
                        endpoint=group.endpoint, entry_id=group.ids[0])
@@ -529,6 +538,17 @@ class Console:
             return self._api[(method, path)](**arguments)
         except HTTPException as exc:
             raise _Refused(str(exc.detail)) from exc
+
+
+_FILTERS: tuple[EntryFilter | None, ...] = (
+    None, EntryFilter(message_type="Step"), EntryFilter(exception="error", reason="failed"),
+    EntryFilter(since=START_TIME, until=START_TIME + 3600.0), None,
+    EntryFilter(message_type="Tally", reason="expired"))
+"""What an operator narrows the poison entries down to (``EntryFilter``), by a draw."""
+_FILTER_OPTIONS: tuple[tuple[str, ...], ...] = (
+    (), ("--type", "Step"), ("--exception", "error", "--reason", "failed"),
+    ("--since", "2h", "--until", "2035-01-01T00:00:00"), ())
+"""The same through the command line."""
 
 
 @dataclass(frozen=True)

@@ -147,6 +147,7 @@ function endpointsPage() {
 function poisonedPage() {
   return {
     ...base(), data: null, selected: {}, detail: null, pending: null, dropExpiry: false,
+    filter: { endpoint: "", message_type: "", exception: "", reason: "", since: "", until: "" },
     async init() {
       // ?endpoint=E&entry=ID (a stuck session's link): open that entry's detail.
       const asked = new URLSearchParams(window.location.search);
@@ -156,11 +157,27 @@ function poisonedPage() {
     },
     async load() {
       try {
-        this.data = await api("/poisoned");
+        this.data = await api("/poisoned" + this.query());
         const errors = Object.entries(this.data.errors).map(([k, v]) => `${k}: ${v}`);
         this.error = errors.join("; ");
         this.prune();
       } catch (e) { this.error = e.message; }
+    },
+    // The filters as a query string: times typed in the browser's zone, sent as epoch seconds.
+    query() {
+      const params = new URLSearchParams();
+      for (const name of ["endpoint", "message_type", "exception", "reason"]) {
+        if (this.filter[name]) params.set(name, this.filter[name]);
+      }
+      for (const name of ["since", "until"]) {
+        if (this.filter[name]) params.set(name, String(new Date(this.filter[name]).getTime() / 1000));
+      }
+      const text = params.toString();
+      return text ? "?" + text : "";
+    },
+    async clearFilter() {
+      this.filter = { endpoint: "", message_type: "", exception: "", reason: "", since: "", until: "" };
+      await this.load();
     },
     groupKey(g) { return [g.endpoint, g.message_type, g.exception_type].join("|"); },
     prune() {  // forget selected entries that are gone
