@@ -141,6 +141,30 @@ def test_poisoned_page_groups_the_poison_entries(page: Page, readonly: Server, s
     screenshot(page, "poisoned")
 
 
+def test_filtering_the_poisoned_messages(page: Page, readonly: Server, shop: Shop,
+                                        screenshot: Screenshot) -> None:
+    """The filter form narrows the groups down: by reason text, by endpoint and type, by an
+    exception's text; Clear shows every group again."""
+    page.goto(readonly.url + "/poisoned")
+    expect(group(page, "billing")).to_have_count(1)
+    page.get_by_test_id("filter-reason").fill("rejected")
+    page.get_by_test_id("filter-apply").click()
+    expect(group(page, "tracking")).to_have_count(1)
+    expect(group(page, "billing")).to_have_count(0)
+    page.get_by_test_id("filter-clear").click()
+    page.get_by_test_id("filter-endpoint").select_option("billing")
+    page.get_by_test_id("filter-type").fill("OrderPlaced")
+    page.get_by_test_id("filter-exception").fill("declined")
+    page.get_by_test_id("filter-apply").click()
+    expect(group(page, "billing").locator('[data-testid^="group-count-"]')).to_have_text(
+        str(len(shop.declined_orders)))
+    expect(group(page, "orders")).to_have_count(0)
+    no_errors(page)
+    screenshot(page, "poisoned-filtered")
+    page.get_by_test_id("filter-clear").click()
+    expect(group(page, "orders")).to_have_count(1)
+
+
 def test_a_poisoned_message_in_detail(page: Page, readonly: Server, shop: Shop,
                                       screenshot: Screenshot) -> None:
     # Read before the page loads: a reading leases the entries while it reads, and the page's
