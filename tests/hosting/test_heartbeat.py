@@ -126,14 +126,18 @@ def test_rows_that_are_not_instances_are_left_out() -> None:
 def test_status_prints_each_endpoint_and_instance(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     app = _app(tmp_path, "memory:status-test")
+    (app / "status_app.py").write_text((app / "function_app.py").read_text())
     monkeypatch.chdir(app)
     monkeypatch.syspath_prepend(str(app))
-    assert CliRunner().invoke(main, ["provision"]).exit_code == 0
+    for name in ("AzureWebJobsStorage", "BUS_PREFIX", "BUS_HEARTBEAT_SECONDS"):
+        monkeypatch.delenv(name, raising=False)  # the app's settings are local.settings.json's
+    provisioned = CliRunner().invoke(main, ["provision", "--app", "status_app"])
+    assert provisioned.exit_code == 0, provisioned.output
     from bus.operations.apps import load_bus
 
-    bus = load_bus("function_app")
+    bus = load_bus("status_app")
     bus.send(Ping(), to="billing")
-    result = CliRunner().invoke(main, ["status", "--check"])
+    result = CliRunner().invoke(main, ["status", "--check", "--app", "status_app"])
     assert result.exit_code == 1, result.output
     lines = result.output.splitlines()
     assert lines[0].split() == ["endpoint", "live", "queue", "poison"]
@@ -143,7 +147,7 @@ def test_status_prints_each_endpoint_and_instance(tmp_path: Path,
                      time.time, instance="w1")
     beat._endpoints["billing"] = 1
     beat.beat()
-    result = CliRunner().invoke(main, ["status", "--check", "--json"])
+    result = CliRunner().invoke(main, ["status", "--check", "--json", "--app", "status_app"])
     assert result.exit_code == 0, result.output
     endpoint, instance = (json.loads(line) for line in result.output.splitlines())
     assert endpoint == {"kind": "endpoint", "endpoint": "billing", "reader": False,

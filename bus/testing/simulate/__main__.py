@@ -13,7 +13,7 @@ from collections import Counter
 from bus.protocol.safeguards import BREAKS, Safeguards
 from bus.testing.simulate import surface
 from bus.testing.simulate.quickseed import quick_failing_seed
-from bus.testing.simulate.run import run_once
+from bus.testing.simulate.run import PURGING_BREAKS, run_once
 
 _SHOWN_FAILURES = 5
 EXERCISED = ("functions_deliveries", "invocations_in_shared_rounds", "functions_requeued",
@@ -135,8 +135,9 @@ def _search_every_break(first: int, runs: int, progress: bool) -> int:
     found: dict[str, int | None] = {}
     started = time.monotonic()
     for name, (safeguards, _) in BREAKS.items():
+        purging = name in PURGING_BREAKS
         seed = next((seed for seed in range(first, first + runs)
-                     if run_once(seed, safeguards).violations), None)
+                     if run_once(seed, safeguards, purging=purging).violations), None)
         found[name] = seed
         print(f"{name:24} " + (f"first failing seed {seed}" if seed is not None
                                 else f"NO violation in {runs} runs from seed {first}"))
@@ -153,7 +154,8 @@ def _quick_seed(args: argparse.Namespace, safeguards: Safeguards) -> int:
     if not args.break_name:
         raise SystemExit("--quick-seed looks for a break's failing seed: name it with --break")
     seeds = range(args.seed, args.seed + args.runs)
-    seed, slow = quick_failing_seed(safeguards, seeds, args.quick_seed)
+    seed, slow = quick_failing_seed(safeguards, seeds, args.quick_seed,
+                                    purging=args.break_name in PURGING_BREAKS)
     print(f"{args.break_name}: " + (f"first seed failing within {args.quick_seed:g} s: {seed}"
                                     if seed is not None else "none fails that quickly"))
     print(json.dumps({"break": args.break_name, "seed": seed, "passed_over_slow": slow,

@@ -70,9 +70,12 @@ class Console:
 
     def __init__(self, bus: Bus, world: World, plan: briefs.BriefPlan | None,
                  routes: Counter[str], *, sessions: SessionPlan | None = None,
-                 deploying: float | None = None) -> None:
+                 deploying: float | None = None, purging: bool = False) -> None:
         """``deploying``: the seconds ``s`` is paused for from the run's start (its bounded
-        queue fills while the client numbers its first sends), or None."""
+        queue fills while the client numbers its first sends), or None. ``purging``: an
+        operator cleaning up during an incident - every few tenths of a second, everything in
+        ``t``'s poison queue is purged (a focused workload: ``run_once(purging=True)``)."""
+        self._purging = purging
         storage = bus.storage
         assert isinstance(storage, InMemoryStorage)
         self._storage = storage
@@ -159,10 +162,11 @@ class Console:
             # but not once every entry it names is gone: its last act is deleting an entry,
             # so it did its work and failed after (a replay whose answer was lost), and run
             # again it would only ever find nothing.
-            self._world.sleep(rng.uniform(0.5, 3.0))
+            self._world.sleep(rng.uniform(0.05, 0.3) if self._purging else rng.uniform(0.5, 3.0))
             step = unfinished if unfinished is not None and not self._done(unfinished) else None
-            action = rng.choice((self._entries, self._entries, self._pause, self._read,
-                                 self._read, self._session_at_random, self._purge_tallies))
+            action = self._purge_all if self._purging else rng.choice((
+                self._entries, self._entries, self._pause, self._read, self._read,
+                self._session_at_random, self._purge_tallies))
             for _ in range(3):  # what failed is tried again soon, as an operator would
                 try:
                     with self._world.urgently():
@@ -225,6 +229,17 @@ class Console:
         way, every = self._way("replay"), every and wanted == REPLAY
         return _Step(lambda: self._replay(ids, every, drop_expiry=wanted == DROP_EXPIRY,
                                           way=way), ids, every)
+
+    def _purge_all(self) -> _Step | None:
+        """Purge every entry of ``t`` (the focused workload's one action), and decide so for
+        each entry present, as ``_entries`` would have."""
+        present = self._present()
+        if not present:
+            return None
+        for key in present:
+            self.decisions.setdefault(key, PURGE)
+        way = self._way("purge")
+        return _Step(lambda: self._purge([], True, way), [], True)
 
     def _present(self) -> dict[tuple[str, str, str], PoisonEntry]:
         """The Brief entries in ``t``'s poison queue now (read outside the faults)."""

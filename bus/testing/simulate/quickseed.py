@@ -20,13 +20,14 @@ _POLL = 0.02
 _VIOLATED, _HELD = 1, 0
 
 
-def quick_failing_seed(safeguards: Safeguards, seeds: range,
-                       seconds: float) -> tuple[int | None, int]:
+def quick_failing_seed(safeguards: Safeguards, seeds: range, seconds: float, *,
+                       purging: bool = False) -> tuple[int | None, int]:
     """The first of ``seeds`` whose run with ``safeguards`` shows a violation within
-    ``seconds`` of wall time (None if none does), and how many runs were passed over as slow."""
+    ``seconds`` of wall time (None if none does), and how many runs were passed over as slow.
+    ``purging``: runs of the focused workload (``run_once``)."""
     slow = 0
     for seed in seeds:
-        outcome = _run_within(safeguards, seed, seconds)
+        outcome = _run_within(safeguards, seed, seconds, purging)
         if outcome is None:
             slow += 1
         elif outcome == _VIOLATED:
@@ -34,14 +35,16 @@ def quick_failing_seed(safeguards: Safeguards, seeds: range,
     return None, slow
 
 
-def _run_within(safeguards: Safeguards, seed: int, seconds: float) -> int | None:
+def _run_within(safeguards: Safeguards, seed: int, seconds: float,
+                purging: bool = False) -> int | None:
     """The run's exit status (violated or held), None when it took longer than ``seconds``."""
     started = time.monotonic()
     child = os.fork()
     if child == 0:  # the run, in a process of its own
         status = 2
         try:
-            status = _VIOLATED if run_once(seed, safeguards).violations else _HELD
+            status = (_VIOLATED if run_once(seed, safeguards, purging=purging).violations
+                      else _HELD)
         finally:
             os._exit(status)
     while True:

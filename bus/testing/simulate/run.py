@@ -102,10 +102,18 @@ class RunResult:
     those a flush left undone, finished alone ("repaired")."""
 
 
+PURGING_BREAKS = frozenset({"purge-around-poisoning"})
+"""Breaks shown by the focused workload ``run_once(purging=True)`` (its race needs a purge at
+one moment, which the ordinary operator meets too seldom): their known seeds and searches
+(``--every-break``, ``--quick-seed``) run it."""
+
+
 def run_once(seed: int, safeguards: Safeguards | None = None,
-             routes: Counter[str] | None = None) -> RunResult:
+             routes: Counter[str] | None = None, *, purging: bool = False) -> RunResult:
     """One run from ``seed``; ``routes`` counts the dashboard routes the operator called
-    (``bus.testing.simulate.surface``)."""
+    (``bus.testing.simulate.surface``). ``purging``: the focused workload of an operator who
+    purges ``t``'s poison queue every few tenths of a second (``Console``), for races with a
+    purge that the ordinary operator meets too seldom to find."""
     rng = random.Random(seed)
     profile = FaultProfile.draw(rng)
     world = World(rng.getrandbits(64), profile)
@@ -175,7 +183,7 @@ def run_once(seed: int, safeguards: Safeguards | None = None,
     console = _spawn_operators(bus, world, releases, counts, plan_briefs=plan_briefs,
                                plan=plan, routes=routes, outage=outage, passes=passes,
                                watch=random.Random(seed ^ 0x3A7C4).random() < 0.5,
-                               deploying=_deploying(seed, plan))
+                               deploying=_deploying(seed, plan), purging=purging)
 
     watch = _Watch(bus, storage, world, clients=clients, handoffs=handoffs,
                    receivers=[*bus.topology.endpoints, *([spark.READER] if with_spark else [])],
@@ -296,7 +304,8 @@ def _spawn_instances(bus: Bus, world: World, rng: random.Random, seed: int, *,
 def _spawn_operators(bus: Bus, world: World, releases: Releases, counts: Counter[str], *,
                      plan_briefs: briefs.BriefPlan | None, plan: SessionPlan | None,
                      routes: Counter[str] | None, outage: Outage | None,
-                     passes: SessionPasses, watch: bool, deploying: float | None) -> Console:
+                     passes: SessionPasses, watch: bool, deploying: float | None,
+                     purging: bool = False) -> Console:
     """The operators: one replaying what storage errors poisoned, the one at the console
     (in the runs with Briefs: the others run as they did) with, when ``watch`` and it acts
     on the sessions, one watching them, and the releaser with the maintenance timer. Returns
@@ -309,7 +318,8 @@ def _spawn_operators(bus: Bus, world: World, releases: Releases, counts: Counter
                                                      "Briefed", *Step.aliases}, counts).actor())
     operated = plan if plan is not None and plan.operator else None
     console = Console(bus, world, plan_briefs, routes if routes is not None else Counter(),
-                      sessions=operated, deploying=deploying if operated else None)
+                      sessions=operated, deploying=deploying if operated else None,
+                      purging=purging)
     if plan_briefs is not None:
         world.spawn(console.actor())
     if plan_briefs is not None and plan is not None and plan.operator and watch:
