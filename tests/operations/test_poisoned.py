@@ -20,7 +20,7 @@ from bus.protocol.poison.queue import PoisonQueue
 from bus.protocol.safeguards import Safeguards
 from bus.protocol.tokens.inbox import TokenState
 from bus.seams import Seams
-from bus.storage import NotFound, Storage, StorageError
+from bus.storage import NotFound, QueueMessage, Storage, StorageError
 from bus.testing import drain, seamed_bus
 from tests.support import dlq_app
 from tests.support.dlq_app import Charge
@@ -194,13 +194,7 @@ def test_a_replay_stopped_before_its_signal_is_finished_by_the_sweeper(
 def test_a_signal_the_host_moved_is_adopted_and_replayed(storage: Storage,
                                                          prefix: str) -> None:
     bus = dlq_app.build(storage, prefix, crash_retry_delays=())  # no automatic retry
-    dlq_app.FAILING["on"] = False
-    bus.send(Charge(order_id="o3", amount=3))
-    [message] = bus.storage.queues.receive(bus.names.queue("payments"), max_messages=1,
-                                           lease=30)
-    # The Functions host copies a message it gave up on to <queue>-poison unchanged.
-    bus.storage.queues.send(bus.names.poison_queue("payments"), message.body)
-    bus.storage.queues.delete(bus.names.queue("payments"), message)
+    host_moves(bus, "o3")
     [letter] = bus.poisoned("payments").entries()  # adopted: an entry of the bus's own
     assert "by the host" in letter.entry.reason and letter.token is TokenState.POISONED
     assert bus.poisoned("payments").replay() == {letter.id: ReplayResult.REPLAYED}
@@ -213,12 +207,7 @@ def test_a_signal_the_host_moved_is_retried_automatically(storage: Storage,
     """What the host moved is a crash (the bus poisons a handler's failure itself): adopted,
     it is sent again after its retry's wait, audited, and handled once."""
     bus = dlq_app.build(storage, prefix, crash_retry_delays=(0.0,))
-    dlq_app.FAILING["on"] = False
-    bus.send(Charge(order_id="o4", amount=3))
-    [message] = bus.storage.queues.receive(bus.names.queue("payments"), max_messages=1,
-                                           lease=30)
-    bus.storage.queues.send(bus.names.poison_queue("payments"), message.body)
-    bus.storage.queues.delete(bus.names.queue("payments"), message)
+    message = host_moves(bus, "o4")
     assert bus.poisoned("payments").entries() == []  # adopted: retried, not an entry
     [record] = bus.audit_trail()
     assert (record.action, record.target["messages"], record.target["retry"]) == (
@@ -226,6 +215,18 @@ def test_a_signal_the_host_moved_is_retried_automatically(storage: Storage,
     assert drain(bus).total() == {"processed": 1}
     assert charged(bus, "o4") == 1
     assert drain(bus).total() == {}
+
+
+def host_moves(bus: Bus, order: str) -> QueueMessage:
+    """Send a Charge, then do what the Functions host does with a message whose deliveries
+    ran out: copy it to <queue>-poison unchanged and delete it; the message it moved."""
+    dlq_app.FAILING["on"] = False
+    bus.send(Charge(order_id=order, amount=3))
+    [message] = bus.storage.queues.receive(bus.names.queue("payments"), max_messages=1,
+                                           lease=30)
+    bus.storage.queues.send(bus.names.poison_queue("payments"), message.body)
+    bus.storage.queues.delete(bus.names.queue("payments"), message)
+    return message
 
 
 def message_id_of(body: str) -> str:

@@ -42,17 +42,25 @@ def test_an_async_handler_runs_on_the_functions_workers_event_loop(tmp_path: Pat
     bus = functions.bus
     bus.provision()
     bus.send(Pay(ref="p3", cents=7))
-    [signal] = bus.storage.queues.receive(bus.names.queue("desk"), max_messages=1, lease=30.0)
+    worker_loop = invoke_once(functions, "desk")
+    assert loops == [worker_loop]
+    assert bus.read_state("desk", "p3", "paid") == {"cents": 7}
+
+
+def invoke_once(functions: BusFunctions, endpoint: str) -> asyncio.AbstractEventLoop:
+    """Lease ``endpoint``'s next message and invoke its trigger function with it, as the
+    worker does (on an event loop); the loop it ran on."""
+    bus = functions.bus
+    [signal] = bus.storage.queues.receive(bus.names.queue(endpoint), max_messages=1,
+                                          lease=30.0)
     app = df.DFApp()
     app.register_functions(functions)
     [function] = [f for f in app.get_functions()
-                  if f.get_function_name() == trigger_function_name("desk")]
+                  if f.get_function_name() == trigger_function_name(endpoint)]
     message = func.QueueMessage(body=base64.b64decode(signal.body))
 
     async def invocation() -> asyncio.AbstractEventLoop:
         await function.get_user_function()(msg=message, client=DURABLE_CLIENT, context=None)
         return asyncio.get_running_loop()
 
-    worker_loop = asyncio.run(invocation())
-    assert loops == [worker_loop]
-    assert bus.read_state("desk", "p3", "paid") == {"cents": 7}
+    return asyncio.run(invocation())

@@ -3,17 +3,12 @@ imports it too), then from its first invocation on, naming the endpoints it host
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import time
 from pathlib import Path
 
-import azure.durable_functions as df
-import azure.functions as func
-
 from bus import Context, Endpoint
-from bus.hosting.functions.app import BusFunctions, trigger_function_name
-from tests.hosting.functions.test_async_trigger import DURABLE_CLIENT
+from bus.hosting.functions.app import BusFunctions
+from tests.hosting.functions.test_async_trigger import invoke_once
 from tests.protocol.test_async_handlers import Pay
 
 
@@ -33,13 +28,7 @@ def test_an_instance_beats_from_its_first_invocation(tmp_path: Path) -> None:
     time.sleep(0.2)
     assert bus.instances() == []  # built, not invoked: no beat
     bus.send(Pay(ref="p1", cents=7))
-    [signal] = bus.storage.queues.receive(bus.names.queue("desk"), max_messages=1, lease=30.0)
-    app = df.DFApp()
-    app.register_functions(functions)
-    [function] = [f for f in app.get_functions()
-                  if f.get_function_name() == trigger_function_name("desk")]
-    message = func.QueueMessage(body=base64.b64decode(signal.body))
-    asyncio.run(function.get_user_function()(msg=message, client=DURABLE_CLIENT, context=None))
+    invoke_once(functions, "desk")
     deadline = time.monotonic() + 30
     while not bus.instances():
         assert time.monotonic() < deadline
