@@ -27,6 +27,7 @@ it) are how the command line (``python -m bus status``), the dashboard and the a
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -58,6 +59,7 @@ def host_name() -> str:
     return os.environ.get("WEBSITE_INSTANCE_ID", "").strip() or socket.gethostname()
 
 
+@functools.cache  # read once: a beat every few seconds need not look it up each time
 def package_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
     try:
@@ -242,5 +244,5 @@ def _instance(row: Entity) -> Instance | None:
             last_seen=float(p["last_seen"]),  # type: ignore[arg-type]
             every=float(p["every"]),  # type: ignore[arg-type]
             stopped=bool(p.get("stopped", False)))
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):
         return None

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -56,6 +57,8 @@ TIME_BUCKETS_MS = (5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5
 CRITICAL_BUCKETS_S = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
                       4 * 3600.0, 24 * 3600.0)
 """Upper bounds of the critical-time buckets (seconds); one more bucket above."""
+MAX_COUNT = 10**9
+"""More signals than this in one minute of one process is no row this bus wrote: read as 0."""
 MAX_TYPES = 50
 OTHER_TYPES = "~other"
 _PROCESSED = frozenset({"processed"})
@@ -162,10 +165,12 @@ class Tally:
             return None
         try:
             processed, failed, poisoned, other = (int(v) for v in values[:4])
+            if not all(0 <= c <= MAX_COUNT for c in (processed, failed, poisoned, other)):
+                return None
             return cls(processed, failed, poisoned, other, float(values[4]),
                        float(values[5]), _hist(values[6], TIME_BUCKETS_MS),
                        _hist(values[7], CRITICAL_BUCKETS_S))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             return None
 
 
@@ -175,9 +180,10 @@ def _hist(values: object, bounds: Sequence[float]) -> Histogram:
     if not isinstance(values, list) or len(values) != len(bounds) + 1:
         return _empty(bounds)
     try:
-        return tuple(max(0, int(v)) for v in values)
-    except (TypeError, ValueError):  # a row not of this bus's writing
+        counts = tuple(max(0, int(v)) for v in values)
+    except (TypeError, ValueError, OverflowError):  # a row not of this bus's writing
         return _empty(bounds)
+    return counts if all(c <= MAX_COUNT for c in counts) else _empty(bounds)
 
 
 @dataclass(frozen=True)
@@ -338,10 +344,20 @@ def _minute(row: Entity) -> Minute:
 
     def number(name: str) -> float:
         value = props.get(name, 0)
-        return float(value) if isinstance(value, (int, float)) else 0.0
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return 0.0
+        try:
+            found = float(value)
+        except OverflowError:  # an integer past any float: not this bus's writing
+            return 0.0
+        return found if math.isfinite(found) and found >= 0 else 0.0
 
-    tally = Tally(int(number("processed")), int(number("failed")), int(number("poisoned")),
-                  int(number("other")), number("total_ms"), number("max_ms"),
+    def count(name: str) -> int:
+        found = number(name)
+        return int(found) if found <= MAX_COUNT else 0
+
+    tally = Tally(count("processed"), count("failed"), count("poisoned"), count("other"),
+                  number("total_ms"), number("max_ms"),
                   _hist(props.get("time_hist"), TIME_BUCKETS_MS),
                   _hist(props.get("critical_hist"), CRITICAL_BUCKETS_S))
     types: dict[str, Tally] = {}
